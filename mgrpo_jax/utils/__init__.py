@@ -1,0 +1,1 @@
+"""Small shared utilities with no dependency on the rest of the project."""
