@@ -1,0 +1,163 @@
+"""The one declaration of every configuration key: default, type, allowed values, meaning.
+
+`base_config()` builds the default `ml_collections.ConfigDict` from this table and
+`validate()` checks any config against it, so a key exists in exactly one place.
+Paper symbols (arXiv 2511.13288): B queries per step, K rollouts per query, D aligned
+sub-trajectory slots per rollout, alpha_1/alpha_2 (R_M weights), beta_1..3 (R_S weights),
+epsilon (clip range).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+MODES = ("mgrpo", "frozen_sub", "single_agent", "shared_policy", "no_alignment")
+MODEL_PRESETS = ("tiny", "smollm2_135m", "qwen2_5_0_5b", "qwen2_5_7b", "llama3_2_1b")
+
+
+@dataclasses.dataclass(frozen=True)
+class Field:
+  """One configuration key.
+
+  Attributes:
+    default: the default value; its Python type is the key's type (an int default
+      also accepts ints for float keys, never the reverse).
+    doc: what the key means, with the paper symbol where there is one.
+    choices: the allowed values, if the key is an enumeration.
+    low: inclusive lower bound for numbers.
+    high: inclusive upper bound for numbers.
+    allow_empty: for strings, whether "" is allowed.
+  """
+
+  default: Any
+  doc: str
+  choices: tuple[Any, ...] | None = None
+  low: float | None = None
+  high: float | None = None
+  allow_empty: bool = True
+
+  @property
+  def type(self) -> type:
+    return type(self.default)
+
+
+def _agent_spec(role: str, preset: str) -> dict[str, Any]:
+  """Keys shared by the main agent (M) and the sub-agent (S)."""
+  return {
+      "model": {
+          "preset": Field(preset, f"Model shape preset of {role}, or a path to a GGUF file / "
+                          "Hugging Face folder.", allow_empty=False),
+          "init_checkpoint": Field("", f"Orbax checkpoint that {role}'s weights start from "
+                                   "(empty: the preset's pretrained weights or a seeded init)."),
+          "dtype": Field("float32", "Activation dtype.", choices=("float32", "bfloat16")),
+          "scan_layers": Field(False, "Scan over layers (faster compiles for deep models)."),
+      },
+      "sampling": {
+          "temperature": Field(1.0, "Sampling temperature (0 = greedy).", low=0.0, high=10.0),
+          "top_k": Field(0, "Keep the k most likely tokens (0 = off).", low=0),
+          "top_p": Field(1.0, "Nucleus sampling mass.", low=1e-6, high=1.0),
+          "max_new_tokens": Field(128, "Tokens sampled per turn at most.", low=1),
+      },
+      "limits": {
+          "max_turns": Field(8, f"Assistant turns of {role} per episode at most.", low=1),
+          "max_context": Field(1024, f"Context budget of {role} in tokens.", low=16),
+      },
+      "optim": {
+          "learning_rate": Field(1e-5, "Peak AdamW learning rate.", low=0.0, high=1.0),
+          "weight_decay": Field(0.1, "AdamW weight decay.", low=0.0, high=1.0),
+          "b1": Field(0.9, "AdamW beta_1.", low=0.0, high=1.0),
+          "b2": Field(0.98, "AdamW beta_2.", low=0.0, high=1.0),
+          "grad_clip": Field(1.0, "Global-norm gradient clipping (0 = off).", low=0.0),
+          "warmup_steps": Field(0, "Linear warm-up steps.", low=0),
+          "schedule": Field("constant", "Learning-rate schedule after warm-up.",
+                            choices=("constant", "cosine")),
+          "micro_batch_size": Field(0, "Sequences per micro-batch (0 = whole batch at once).",
+                                    low=0),
+      },
+      "loss": {
+          "clip_low": Field(0.2, "epsilon_low: lower clip of the importance ratio.", low=0.0,
+                            high=1.0),
+          "clip_high": Field(0.28, "epsilon_high: upper clip of the importance ratio.", low=0.0,
+                             high=10.0),
+          "ratio": Field("token", "Importance ratio per token or per sequence (GSPO).",
+                         choices=("token", "sequence")),
+          "aggregation": Field("seq_mean_token_mean", "How token losses are reduced.",
+                               choices=("token_mean", "seq_mean_token_mean", "seq_mean_token_sum",
+                                        "seq_mean_token_sum_norm")),
+          "kl_coef": Field(0.0, "Weight of the KL penalty to the frozen reference policy.",
+                           low=0.0),
+          "kl_estimator": Field("k3", "KL estimator.", choices=("k1", "k2", "k3")),
+      },
+      "mesh": {
+          "data": Field(1, f"Data-parallel axis size of {role}'s mesh.", low=1),
+          "fsdp": Field(1, f"FSDP axis size of {role}'s mesh.", low=1),
+          "tensor": Field(1, f"Tensor-parallel axis size of {role}'s mesh.", low=1),
+      },
+  }
+
+
+SPEC: dict[str, Any] = {
+    "experiment": {
+        "name": Field("mgrpo", "Human-readable experiment name.", allow_empty=False),
+        "mode": Field("mgrpo", "Training mode (see docs/ARCHITECTURE.md).", choices=MODES),
+        "seed": Field(0, "Seed of every random choice of the run.", low=0),
+        "num_steps": Field(10, "RL steps to run.", low=1),
+        "run_id": Field("run", "Names the run in the store and checkpoints.", allow_empty=False),
+    },
+    "world": {
+        "size": Field("tiny", "Size of the generated world.",
+                      choices=("tiny", "small", "medium", "large")),
+        "seed": Field(0, "Seed of the training world (train/validation splits).", low=0),
+        "test_seed": Field(1, "Seed of the held-out test world (unseen entities).", low=0),
+        "stage": Field("stage2", "Question mixture: stage1 (1-2 hops) or stage2 (2-4 hops).",
+                       choices=("stage1", "stage2")),
+    },
+    "mgrpo": {
+        "queries_per_step": Field(2, "B: queries per RL step.", low=1),
+        "rollouts_per_query": Field(8, "K: rollouts (group size) per query.", low=2),
+        "aligned_sub_calls": Field(8, "D: aligned sub-trajectory slots per rollout.", low=1),
+        "alignment": Field("duplicate_drop", "How variable sub-call counts become D slots.",
+                           choices=("duplicate_drop", "mask")),
+        "max_sub_calls": Field(16, "Sub-agent calls per rollout at most.", low=1),
+        "advantage_std": Field("population", "Std of the group normalization.",
+                               choices=("population", "unbiased")),
+        "advantage_eps": Field(0.0, "Added to the group std.", low=0.0),
+        "staleness": Field(0, "Steps the sub-agent's serving weights may lag its trainer.",
+                           low=0),
+    },
+    "rewards": {
+        "a1": Field(0.1, "alpha_1: weight of M's format reward.", low=0.0, high=1.0),
+        "a2": Field(0.9, "alpha_2: weight of M's correctness reward.", low=0.0, high=1.0),
+        "b1": Field(0.1, "beta_1: weight of S's format reward.", low=0.0, high=1.0),
+        "b2": Field(0.4, "beta_2: weight of M's correctness in R_S.", low=0.0, high=1.0),
+        "b3": Field(0.5, "beta_3: weight of the expert score in R_S.", low=0.0, high=1.0),
+        "sub_reward": Field("paper", "R_S formula: the paper's, or the released code's "
+                            "format * (0.1 + 0.9 * correct_M).", choices=("paper", "released")),
+    },
+    "main": _agent_spec("the main agent M", "tiny"),
+    "sub": _agent_spec("the sub-agent S", "tiny"),
+    "store": {
+        "uri": Field("", "Statistics store: a folder or gs://bucket/prefix "
+                     "(empty: <workdir>/store)."),
+    },
+    "checkpoint": {
+        "every": Field(1, "Checkpoint every this many steps.", low=1),
+        "keep": Field(3, "Checkpoints kept per agent.", low=1),
+        "async_save": Field(True, "Save checkpoints asynchronously."),
+    },
+    "logging": {
+        "every": Field(1, "Write metrics every this many steps.", low=1),
+        "tensorboard": Field(True, "Also write TensorBoard event files."),
+    },
+}
+
+
+def iter_fields(spec: dict[str, Any] = SPEC, prefix: str = ""):
+  """Yields (dotted_key, Field) for every leaf of `spec`, in declaration order."""
+  for name, node in spec.items():
+    key = f"{prefix}{name}"
+    if isinstance(node, Field):
+      yield key, node
+    else:
+      yield from iter_fields(node, key + ".")

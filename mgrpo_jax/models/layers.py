@@ -1,0 +1,203 @@
+"""Building blocks of a Llama-family decoder: Dense, RMSNorm, RoPE, GQA attention, SwiGLU.
+
+Every parameter carries logical axis names (metadata `out_sharding`, eager sharding
+off); `sharding.py` maps them to mesh axes. Shapes use B batch, T query length, S key
+length, D hidden, N query heads, K kv heads, G = N/K, H head dim, F MLP width.
+
+RoPE follows the Hugging Face "rotate_half" convention: the head vector is split
+into halves (x1, x2) and rotated as (x1 cos - x2 sin, x2 cos + x1 sin). llama.cpp's
+GGUF files store q/k rows permuted for the interleaved-pair convention; the GGUF
+loader un-permutes them so that this one convention serves every weight source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from mgrpo_jax.models.config import ModelConfig, RopeScaling
+
+# Added to masked attention scores; finite so that a query with no valid key
+# (a left-padding slot) gives a uniform distribution rather than NaN.
+_MASK_VALUE = -1e30
+
+
+def logical_param(rngs: nnx.Rngs, init: Any, shape: Sequence[int], dtype: Any,
+           axes: tuple[str | None, ...]) -> nnx.Param:
+  return nnx.Param(init(rngs.params(), tuple(shape), dtype), out_sharding=axes,
+                   eager_sharding=False)
+
+
+class Dense(nnx.Module):
+  """y = x @ kernel (+ bias); kernel [in, out] with logical axes `axes`."""
+
+  def __init__(self, in_features: int, out_features: int, *, axes: tuple[str, str],
+               use_bias: bool = False, dtype: Any = jnp.float32,
+               param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
+    self.dtype = dtype
+    self.kernel = logical_param(rngs, nnx.initializers.lecun_normal(), (in_features, out_features),
+                         param_dtype, axes)
+    self.bias = (logical_param(rngs, nnx.initializers.zeros_init(), (out_features,), param_dtype,
+                        (axes[1],)) if use_bias else None)
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    y = jnp.dot(x.astype(self.dtype), self.kernel[...].astype(self.dtype))
+    if self.bias is not None:
+      y = y + self.bias[...].astype(self.dtype)
+    return y
+
+
+class RMSNorm(nnx.Module):
+  """x / sqrt(mean(x^2) + eps) * scale, computed in float32, returned in `dtype`."""
+
+  def __init__(self, dim: int, *, eps: float, dtype: Any = jnp.float32,
+               param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
+    del rngs
+    self.eps = eps
+    self.dtype = dtype
+    self.scale = nnx.Param(jnp.ones((dim,), param_dtype), out_sharding=("norm",),
+                           eager_sharding=False)
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    x32 = x.astype(jnp.float32)
+    y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+    return (y * self.scale[...].astype(jnp.float32)).astype(self.dtype)
+
+
+def rope_inverse_frequencies(head_dim: int, theta: float,
+                             scaling: RopeScaling | None = None) -> np.ndarray:
+  """inv_freq [H/2] = theta^(-2i/H), optionally with Llama-3 frequency scaling."""
+  inv_freq = 1.0 / (theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
+  if scaling is None:
+    return inv_freq.astype(np.float32)
+  low_wavelen = scaling.original_max_position_embeddings / scaling.low_freq_factor
+  high_wavelen = scaling.original_max_position_embeddings / scaling.high_freq_factor
+  wavelen = 2 * np.pi / inv_freq
+  smooth = ((scaling.original_max_position_embeddings / wavelen - scaling.low_freq_factor)
+            / (scaling.high_freq_factor - scaling.low_freq_factor))
+  blended = (1 - smooth) * inv_freq / scaling.factor + smooth * inv_freq
+  scaled = np.where(wavelen > low_wavelen, inv_freq / scaling.factor, inv_freq)
+  medium = (wavelen <= low_wavelen) & (wavelen >= high_wavelen)
+  return np.where(medium, blended, scaled).astype(np.float32)
+
+
+def rope_angles(positions: jax.Array, inv_freq: np.ndarray) -> tuple[jax.Array, jax.Array]:
+  """positions int [B, T] -> (cos, sin), each float32 [B, T, H/2]."""
+  angles = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq)
+  return jnp.cos(angles), jnp.sin(angles)
+
+
+def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+  """Rotates x [B, T, heads, H] by the angles cos/sin [B, T, H/2] (rotate_half style)."""
+  x32 = x.astype(jnp.float32)
+  x1, x2 = jnp.split(x32, 2, axis=-1)
+  c, s = cos[:, :, None, :], sin[:, :, None, :]
+  return jnp.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1).astype(x.dtype)
+
+
+def grouped_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+  """Grouped-query attention.
+
+  Args:
+    q: [B, T, N, H] queries (RoPE applied).
+    k: [B, S, K, H] keys (RoPE applied).
+    v: [B, S, K, H] values.
+    mask: bool [B, T, S], True where query t may attend to key s.
+
+  Returns:
+    [B, T, N * H], softmax computed in float32.
+  """
+  b, t, n, h = q.shape
+  kv_heads = k.shape[2]
+  q = q.reshape(b, t, kv_heads, n // kv_heads, h)
+  scores = jnp.einsum("btkgh,bskh->bkgts", q, k, preferred_element_type=jnp.float32)
+  scores = scores * (1.0 / np.sqrt(h)) + jnp.where(mask, 0.0, _MASK_VALUE)[:, None, None]
+  probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+  out = jnp.einsum("bkgts,bskh->btkgh", probs, v)
+  return out.reshape(b, t, n * h)
+
+
+class KVSlots:
+  """Where a block reads and writes its keys/values in a stacked KV cache.
+
+  Attributes:
+    k, v: [L, B, S, K, H] caches of all layers.
+    write_index: int32 scalar, first slot written by this call.
+  """
+
+  def __init__(self, k: jax.Array, v: jax.Array, write_index: jax.Array):
+    self.k, self.v, self.write_index = k, v, write_index
+
+  def store(self, layer: int | jax.Array, k_new: jax.Array,
+            v_new: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Writes k_new/v_new [B, T, K, H] for `layer`; returns that layer's [B, S, K, H]."""
+    start = (layer, 0, self.write_index, 0, 0)
+    self.k = jax.lax.dynamic_update_slice(self.k, k_new[None].astype(self.k.dtype), start)
+    self.v = jax.lax.dynamic_update_slice(self.v, v_new[None].astype(self.v.dtype), start)
+    k_layer = jax.lax.dynamic_index_in_dim(self.k, layer, axis=0, keepdims=False)
+    v_layer = jax.lax.dynamic_index_in_dim(self.v, layer, axis=0, keepdims=False)
+    return k_layer, v_layer
+
+
+class Attention(nnx.Module):
+  """Multi-head attention with grouped kv heads, RoPE and optional q/k/v bias."""
+
+  def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+    c = config
+    self.num_heads, self.num_kv_heads, self.head_dim = c.num_heads, c.num_kv_heads, c.head_dim
+    kw = dict(dtype=c.dtype, param_dtype=c.param_dtype, rngs=rngs)
+    self.q_proj = Dense(c.hidden_size, c.num_heads * c.head_dim, axes=("embed", "heads"),
+                        use_bias=c.qkv_bias, **kw)
+    self.k_proj = Dense(c.hidden_size, c.num_kv_heads * c.head_dim, axes=("embed", "kv"),
+                        use_bias=c.qkv_bias, **kw)
+    self.v_proj = Dense(c.hidden_size, c.num_kv_heads * c.head_dim, axes=("embed", "kv"),
+                        use_bias=c.qkv_bias, **kw)
+    self.o_proj = Dense(c.num_heads * c.head_dim, c.hidden_size, axes=("heads", "embed"), **kw)
+
+  def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array, mask: jax.Array,
+               slots: KVSlots | None = None, layer: int | jax.Array = 0) -> jax.Array:
+    """x [B, T, D] -> [B, T, D]; with `slots`, k/v go through the cache of `layer`."""
+    b, t, _ = x.shape
+    q = self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim)
+    k = self.k_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim)
+    v = self.v_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim)
+    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    if slots is not None:
+      k, v = slots.store(layer, k, v)
+    return self.o_proj(grouped_attention(q, k.astype(q.dtype), v.astype(q.dtype), mask))
+
+
+class SwiGLU(nnx.Module):
+  """down(silu(gate(x)) * up(x))."""
+
+  def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+    c = config
+    kw = dict(dtype=c.dtype, param_dtype=c.param_dtype, rngs=rngs)
+    self.gate_proj = Dense(c.hidden_size, c.intermediate_size, axes=("embed", "mlp"), **kw)
+    self.up_proj = Dense(c.hidden_size, c.intermediate_size, axes=("embed", "mlp"), **kw)
+    self.down_proj = Dense(c.intermediate_size, c.hidden_size, axes=("mlp", "embed"), **kw)
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nnx.Module):
+  """Pre-norm decoder block: x + attn(norm(x)), then + mlp(norm(x))."""
+
+  def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+    c = config
+    kw = dict(eps=c.rms_norm_eps, dtype=c.dtype, param_dtype=c.param_dtype, rngs=rngs)
+    self.attn_norm = RMSNorm(c.hidden_size, **kw)
+    self.attn = Attention(c, rngs=rngs)
+    self.mlp_norm = RMSNorm(c.hidden_size, **kw)
+    self.mlp = SwiGLU(c, rngs=rngs)
+
+  def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array, mask: jax.Array,
+               slots: KVSlots | None = None, layer: int | jax.Array = 0) -> jax.Array:
+    x = x + self.attn(self.attn_norm(x), cos, sin, mask, slots, layer)
+    return x + self.mlp(self.mlp_norm(x))

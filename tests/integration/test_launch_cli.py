@@ -1,0 +1,52 @@
+"""The launcher's command line: help, bad flags and bad config keys exit 2 with one line."""
+
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def run(*args, cwd=ROOT):
+  return subprocess.run([sys.executable, str(ROOT / "launch" / "tpu_run.py"), *args],
+                        capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+def test_help_documents_every_flag():
+  proc = run("--help")
+  assert proc.returncode == 0
+  for flag in ("--slice", "--config", "--workdir", "--gin_file", "--gin_bindings",
+               "--print_config"):
+    assert flag in proc.stdout, flag
+  assert "<main|sub|all>" in proc.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--slice=both"], "flag --slice=both: value should be one of <main|sub|all>"),
+    (["--config.main.optim.lr=1"], "config key 'main.optim.lr' is not a known setting"),
+    (["--config.experiment.seed=abc"], "--config.experiment.seed=abc: invalid literal"),
+    (["--config.mgrpo.rollouts_per_query=1"],
+     "config key 'mgrpo.rollouts_per_query': expected a int >= 2, got 1"),
+    (["--config.experiment.mode=solo"], "config key 'experiment.mode': expected one of"),
+    (["--config=configs/missing.py"], "No such file or directory: 'configs/missing.py'"),
+    (["--config=configs/default.py:nope"], "unknown preset 'nope'"),
+    (["--gin_bindings=no_such.fn = 1"], "gin: No configurable matching 'no_such'"),
+    (["stray"], "unexpected arguments: stray"),
+])
+def test_bad_input_exits_2_with_one_line_naming_it(args, message):
+  proc = run(*args, "--print_config")
+  assert proc.returncode == 2, proc.stderr
+  lines = proc.stderr.strip().splitlines()
+  assert len(lines) == 1, proc.stderr
+  assert message in lines[0]
+
+
+def test_print_config_applies_preset_override_and_gin_binding():
+  proc = run("--config=configs/default.py:paper", "--config.sub.optim.learning_rate=3e-6",
+             "--gin_bindings=mgrpo_jax.plugins.sub_reward_fn.fn = None", "--print_config")
+  assert proc.returncode == 0, proc.stderr
+  assert "rollouts_per_query: 8" in proc.stdout
+  assert "learning_rate: 3.0e-06" in proc.stdout
+  assert "sub_reward_fn.fn = None" in proc.stdout

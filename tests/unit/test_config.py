@@ -1,0 +1,133 @@
+"""The config spec, presets, overrides and start-up validation."""
+
+import importlib.util
+import pathlib
+
+import pytest
+
+from mgrpo_jax.config import SPEC, ConfigError, apply_overrides, base_config, iter_fields, validate
+
+CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
+
+
+def _load_config_module(name: str):
+  spec = importlib.util.spec_from_file_location(name, CONFIGS / f"{name}.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_base_config_holds_every_declared_key_with_its_default():
+  config = base_config()
+  keys = dict(iter_fields())
+  assert len(keys) > 50
+  for key, field in keys.items():
+    node = config
+    for part in key.split("."):
+      node = node[part]
+    assert node == field.default, key
+  validate(config)
+
+
+def test_every_field_is_documented_and_its_default_is_valid():
+  for key, field in iter_fields():
+    assert field.doc.strip(), key
+    if field.choices is not None:
+      assert field.default in field.choices, key
+
+
+@pytest.mark.parametrize("preset", [None, "paper", "released_code"])
+def test_default_config_file_and_presets_validate(preset):
+  config = _load_config_module("default").get_config(preset)
+  validate(config)
+
+
+def test_paper_preset_sets_the_papers_group_sizes():
+  config = _load_config_module("default").get_config("paper")
+  assert config.mgrpo.rollouts_per_query == 8
+  assert config.mgrpo.aligned_sub_calls == 8
+  assert config.main.optim.learning_rate == 1e-6
+
+
+def test_unknown_preset_names_the_presets():
+  with pytest.raises(ValueError, match="unknown preset 'nope'.*paper"):
+    _load_config_module("default").get_config("nope")
+
+
+def test_unknown_key_is_rejected_naming_it_and_its_siblings():
+  config = base_config().to_dict()
+  config["main"]["optim"]["lr"] = 1e-3
+  with pytest.raises(ConfigError, match=r"'main\.optim\.lr' is not a known setting.*learning_rate"):
+    validate(config)
+
+
+def test_unknown_top_level_group_is_rejected():
+  config = base_config().to_dict()
+  config["trainer"] = {}
+  with pytest.raises(ConfigError, match="'trainer' is not a known setting; known keys at the top"):
+    validate(config)
+
+
+def test_missing_key_is_rejected_naming_it():
+  config = base_config().to_dict()
+  del config["mgrpo"]["alignment"]
+  with pytest.raises(ConfigError, match=r"'mgrpo\.alignment' is missing"):
+    validate(config)
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("experiment.seed", "zero", r"'experiment\.seed': expected a int >= 0, got str 'zero'"),
+    ("experiment.seed", 1.5, r"'experiment\.seed': expected a int >= 0, got float 1\.5"),
+    ("main.optim.learning_rate", "1e-3", r"'main\.optim\.learning_rate': expected a float"),
+    ("checkpoint.async_save", 1, r"'checkpoint\.async_save': expected a bool, got int 1"),
+    ("mgrpo.rollouts_per_query", True, r"'mgrpo\.rollouts_per_query': expected a int >= 2"),
+])
+def test_wrong_type_is_rejected_naming_the_key(key, value, message):
+  config = base_config().to_dict()
+  group, *rest = key.split(".")
+  node = config[group]
+  for part in rest[:-1]:
+    node = node[part]
+  node[rest[-1]] = value
+  with pytest.raises(ConfigError, match=message):
+    validate(config)
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("mgrpo.rollouts_per_query", 1, r"'mgrpo\.rollouts_per_query': expected a int >= 2, got 1"),
+    ("main.loss.clip_low", 1.5, r"'main\.loss\.clip_low': expected a float in \[0\.0, 1\.0\]"),
+    ("sub.sampling.top_p", 0.0, r"'sub\.sampling\.top_p'"),
+    ("experiment.mode", "solo", r"'experiment\.mode': expected one of 'mgrpo', 'frozen_sub'"),
+    ("main.loss.aggregation", "sum", r"'main\.loss\.aggregation': expected one of"),
+    ("experiment.run_id", "", r"'experiment\.run_id': expected a str \(not empty\)"),
+])
+def test_out_of_range_value_is_rejected_naming_the_key_and_allowed_values(key, value, message):
+  config = base_config()
+  apply_overrides(config, {key: value})
+  with pytest.raises(ConfigError, match=message):
+    validate(config)
+
+
+def test_int_is_accepted_for_a_float_key_but_not_the_reverse():
+  config = base_config()
+  apply_overrides(config, {"main.optim.grad_clip": 2})
+  validate(config)
+
+
+def test_cross_key_rule_aligned_slots_within_call_limit():
+  config = base_config()
+  apply_overrides(config, {"mgrpo.aligned_sub_calls": 32})
+  with pytest.raises(ConfigError, match=r"'mgrpo\.aligned_sub_calls' \(D\) must be <= "):
+    validate(config)
+
+
+def test_apply_overrides_rejects_unknown_keys():
+  with pytest.raises(ConfigError, match=r"'main\.optim\.lr' is not a known setting"):
+    apply_overrides(base_config(), {"main.optim.lr": 1.0})
+  with pytest.raises(ConfigError, match=r"'nothing' is not a group"):
+    apply_overrides(base_config(), {"nothing.at.all": 1.0})
+
+
+def test_spec_groups_match_the_design_modes():
+  assert SPEC["experiment"]["mode"].choices == (
+      "mgrpo", "frozen_sub", "single_agent", "shared_policy", "no_alignment")

@@ -1,0 +1,64 @@
+"""metrics.jsonl, TensorBoard event files, and the progress line."""
+
+import json
+
+import pytest
+
+from mgrpo_jax.metrics import MetricsWriter, format_progress, read_metrics
+
+
+def test_writer_appends_jsonl_and_tensorboard_events(tmp_path):
+  with MetricsWriter(tmp_path) as writer:
+    writer.write(1, {"main/reward_mean": 0.25, "sub/reward_mean": 0.5})
+    writer.write(2, {"main/reward_mean": 0.75, "time/rollout_s": 1.5})
+  lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+  assert [json.loads(line)["step"] for line in lines] == [1, 2]
+  assert json.loads(lines[1])["main/reward_mean"] == 0.75
+  events = list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+  assert len(events) == 1 and events[0].stat().st_size > 0
+
+
+def test_tensorboard_events_hold_the_scalars(tmp_path):
+  from tensorboardX.proto import event_pb2  # the same protobufs TensorBoard reads
+
+  with MetricsWriter(tmp_path) as writer:
+    writer.write(7, {"main/reward_mean": 0.5})
+  (event_file,) = (tmp_path / "tensorboard").glob("events.out.tfevents.*")
+  data = event_file.read_bytes()
+  values, offset = [], 0
+  while offset < len(data):  # TFRecord framing: u64 length, u32 crc, payload, u32 crc
+    length = int.from_bytes(data[offset:offset + 8], "little")
+    event = event_pb2.Event.FromString(data[offset + 12:offset + 12 + length])
+    offset += 16 + length
+    values += [(event.step, v.tag, v.simple_value) for v in event.summary.value]
+  assert values == [(7, "main/reward_mean", 0.5)]
+
+
+def test_rejects_non_numeric_and_reserved_names(tmp_path):
+  with MetricsWriter(tmp_path, tensorboard=False) as writer:
+    with pytest.raises(ValueError, match="metric 'x' at step 3 is not a number"):
+      writer.write(3, {"x": "high"})
+    with pytest.raises(ValueError, match="reserved"):
+      writer.write(3, {"step": 1.0})
+
+
+def test_read_keeps_last_line_per_step_and_skips_a_torn_tail(tmp_path):
+  path = tmp_path / "metrics.jsonl"
+  path.write_text('{"step": 1, "a": 1.0}\n{"step": 2, "a": 2.0}\n{"step": 2, "a": 3.0}\n'
+                  '{"step": 3, "a"')
+  assert [(r["step"], r["a"]) for r in read_metrics(path)] == [(1, 1.0), (2, 3.0)]
+
+
+def test_read_names_the_malformed_line(tmp_path):
+  path = tmp_path / "metrics.jsonl"
+  path.write_text('{"step": 1}\nnot json\n{"step": 2}\n')
+  with pytest.raises(ValueError, match=r"metrics\.jsonl:2: not a metrics record"):
+    read_metrics(path)
+
+
+def test_progress_line():
+  line = format_progress(3, 10, {"main/reward": 0.41, "sub/reward": 0.3333},
+                         {"rollout": 1.234, "update": 0.4}, {"main": 512.4})
+  assert line == ("step 3/10 | main/reward 0.41 sub/reward 0.333 | rollout 1.23s update 0.40s"
+                  " | main 512 tok/s")
+  assert format_progress(1, 1, {}) == "step 1/1"
