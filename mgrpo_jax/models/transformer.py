@@ -57,7 +57,6 @@ class Transformer(nnx.Module):
     self.lm_head = (None if c.tie_embeddings else
                     Dense(c.hidden_size, c.vocab_size, axes=("embed", "vocab"), dtype=c.dtype,
                           param_dtype=c.param_dtype, rngs=rngs))
-    self._inv_freq = rope_inverse_frequencies(c.head_dim, c.rope_theta, c.rope_scaling)
 
   def __call__(self, tokens: jax.Array, attention_mask: jax.Array | None = None,
                positions: jax.Array | None = None) -> jax.Array:
@@ -112,7 +111,8 @@ class Transformer(nnx.Module):
               slots: KVSlots | None) -> tuple[jax.Array, KVSlots | None]:
     c = self.config
     x = jnp.take(self.embedding[...], tokens, axis=0).astype(c.dtype)
-    cos, sin = rope_angles(positions, self._inv_freq)
+    inv_freq = rope_inverse_frequencies(c.head_dim, c.rope_theta, c.rope_scaling)
+    cos, sin = rope_angles(positions, inv_freq)
     if not c.scan_layers:
       for i, block in enumerate(self.layers):
         x = block(x, cos, sin, mask, slots, i)

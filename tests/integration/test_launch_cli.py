@@ -18,7 +18,7 @@ def test_help_documents_every_flag():
   proc = run("--help")
   assert proc.returncode == 0
   for flag in ("--slice", "--config", "--workdir", "--gin_file", "--gin_bindings",
-               "--print_config"):
+               "--[no]print_config"):
     assert flag in proc.stdout, flag
   assert "<main|sub|all>" in proc.stdout
 
