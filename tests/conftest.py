@@ -15,5 +15,6 @@ settings.register_profile(
     derandomize=True,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
+    database=None,
 )
 settings.load_profile("ci")
