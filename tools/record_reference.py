@@ -143,15 +143,19 @@ def record_chat_decode(model, tok) -> dict:
   # Unset EOS on the model's own generation config: an explicit `eos_token_id=None`
   # argument is replaced by the model default, which would stop at the first EOS.
   model.generation_config.eos_token_id = None
+  # An explicit all-ones mask: with EOS unset, generate would otherwise infer a mask that
+  # hides every prompt token equal to the pad id (2, which is also `<|im_end|>`).
+  prompt = torch.tensor([prompt_ids])
   with torch.no_grad():
-    out = model.generate(torch.tensor([prompt_ids]), max_new_tokens=CHAT_DECODE_NEW_TOKENS,
+    out = model.generate(prompt, attention_mask=torch.ones_like(prompt),
+                         max_new_tokens=CHAT_DECODE_NEW_TOKENS,
                          do_sample=False, pad_token_id=tok.pad_token_id,
                          return_dict_in_generate=True, output_logits=True)
   generated = out.sequences[0, len(prompt_ids):].tolist()
   if len(generated) != CHAT_DECODE_NEW_TOKENS:
     raise RuntimeError(f"generate stopped early: {len(generated)} tokens {generated}")
   logprobs = [float(torch.log_softmax(step_logits[0].float(), -1)[token])
-              for step_logits, token in zip(out.logits, generated)]
+              for step_logits, token in zip(out.logits, generated, strict=True)]
   check_ids, check_logprobs = greedy_no_cache(model, prompt_ids, CHAT_DECODE_NEW_TOKENS)
   if check_ids != generated:
     raise RuntimeError(f"generate {generated} != no-cache greedy loop {check_ids}")

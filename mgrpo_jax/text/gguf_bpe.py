@@ -45,6 +45,7 @@ class GGUFVocab:
     token_types: GGUF token kind per id (see module docstring).
     pre: the `tokenizer.ggml.pre` name of the split rule.
     bos_id, eos_id, pad_id, unk_id: special ids, None when absent.
+    chat_template: the Jinja chat template (`tokenizer.chat_template`), None when absent.
   """
 
   tokens: list[str]
@@ -55,6 +56,7 @@ class GGUFVocab:
   eos_id: int | None
   pad_id: int | None
   unk_id: int | None
+  chat_template: str | None = None
 
 
 def _field(reader, key: str):
@@ -80,43 +82,48 @@ def read_gguf_vocab(path: str | os.PathLike) -> GGUFVocab:
     raise TokenizerFileError(
         f"{path} is not a readable GGUF file (truncated or corrupt?): "
         f"{type(e).__name__}: {e}") from e
+  return vocab_from_reader(reader, source=str(path))
+
+
+def vocab_from_reader(reader, *, source: str) -> GGUFVocab:
+  """The tokenizer fields of an open `gguf.GGUFReader` (`source` names it in errors)."""
   model = _field(reader, "tokenizer.ggml.model")
   tokens = _field(reader, "tokenizer.ggml.tokens")
   if model is None or tokens is None:
-    raise TokenizerFileError(
-        f"{path} holds no tokenizer: missing GGUF key "
-        f"{'tokenizer.ggml.model' if model is None else 'tokenizer.ggml.tokens'!r}")
+    missing = "tokenizer.ggml.model" if model is None else "tokenizer.ggml.tokens"
+    raise TokenizerFileError(f"{source} holds no tokenizer: missing GGUF key {missing!r}")
   if model != "gpt2":
     raise TokenizerFileError(
-        f"{path}: tokenizer.ggml.model is {model!r}; only byte-level BPE ('gpt2') is supported")
+        f"{source}: tokenizer.ggml.model is {model!r}; only byte-level BPE ('gpt2') is supported")
   pre = _field(reader, "tokenizer.ggml.pre") or "default"
   if pre not in GPT2_REGEX_PRE_TOKENIZERS:
     raise TokenizerFileError(
-        f"{path}: tokenizer.ggml.pre is {pre!r}; supported: {GPT2_REGEX_PRE_TOKENIZERS}")
+        f"{source}: tokenizer.ggml.pre is {pre!r}; supported: {GPT2_REGEX_PRE_TOKENIZERS}")
   merges_raw = _field(reader, "tokenizer.ggml.merges")
   if merges_raw is None:
-    raise TokenizerFileError(f"{path} holds no BPE merges (tokenizer.ggml.merges)")
+    raise TokenizerFileError(f"{source} holds no BPE merges (tokenizer.ggml.merges)")
   merges = []
   for rank, merge in enumerate(merges_raw):
     left, sep, right = merge.partition(" ")
     if not sep:
-      raise TokenizerFileError(f"{path}: merge {rank} {merge!r} is not of the form 'a b'")
+      raise TokenizerFileError(f"{source}: merge {rank} {merge!r} is not of the form 'a b'")
     merges.append((left, right))
   token_types = _field(reader, "tokenizer.ggml.token_type") or [_TOKEN_TYPE_NORMAL] * len(tokens)
   if len(token_types) != len(tokens):
     raise TokenizerFileError(
-        f"{path}: {len(token_types)} token types for {len(tokens)} tokens")
+        f"{source}: {len(token_types)} token types for {len(tokens)} tokens")
 
   def special(name: str) -> int | None:
     value = _field(reader, f"tokenizer.ggml.{name}_token_id")
     if value is not None and not 0 <= value < len(tokens):
       raise TokenizerFileError(
-          f"{path}: tokenizer.ggml.{name}_token_id {value} is outside [0, {len(tokens)})")
+          f"{source}: tokenizer.ggml.{name}_token_id {value} is outside [0, {len(tokens)})")
     return value
 
   return GGUFVocab(tokens=tokens, merges=merges, token_types=token_types, pre=pre,
                    bos_id=special("bos"), eos_id=special("eos"), pad_id=special("padding"),
-                   unk_id=special("unknown"))
+                   unk_id=special("unknown"),
+                   chat_template=_field(reader, "tokenizer.chat_template"))
 
 
 def build_byte_level_bpe(vocab: GGUFVocab) -> tokenizers.Tokenizer:
@@ -130,7 +137,7 @@ def build_byte_level_bpe(vocab: GGUFVocab) -> tokenizers.Tokenizer:
   backend.decoder = decoders.ByteLevel()
   backend.post_processor = processors.ByteLevel(trim_offsets=False)
   specials, user_defined = [], []
-  for token, kind in zip(vocab.tokens, vocab.token_types):
+  for token, kind in zip(vocab.tokens, vocab.token_types, strict=True):
     if kind in (_TOKEN_TYPE_CONTROL, _TOKEN_TYPE_UNKNOWN):
       specials.append(tokenizers.AddedToken(token, special=True, normalized=False))
     elif kind == _TOKEN_TYPE_USER_DEFINED:
@@ -147,7 +154,7 @@ class GGUFTokenizer:
                eos_id: int | None, pad_id: int | None):
     self._backend = backend
     self._vocab_size = backend.get_vocab_size(with_added_tokens=True)
-    for name, value in (("bos_id", bos_id), ("eos_id", eos_id), ("pad_id", pad_id)):
+    for value in (bos_id, eos_id, pad_id):
       if value is not None:
         check_id_range(value, self._vocab_size)
     self._bos_id, self._eos_id, self._pad_id = bos_id, eos_id, pad_id
@@ -155,7 +162,15 @@ class GGUFTokenizer:
   @classmethod
   def from_gguf(cls, path: str | os.PathLike) -> GGUFTokenizer:
     """Builds the tokenizer from a GGUF file's metadata (seconds: string parsing)."""
-    vocab = read_gguf_vocab(path)
+    return cls.from_vocab(read_gguf_vocab(path))
+
+  @classmethod
+  def from_reader(cls, reader, *, source: str) -> GGUFTokenizer:
+    """Builds the tokenizer from an already open `gguf.GGUFReader` (no second parse)."""
+    return cls.from_vocab(vocab_from_reader(reader, source=source))
+
+  @classmethod
+  def from_vocab(cls, vocab: GGUFVocab) -> GGUFTokenizer:
     return cls(build_byte_level_bpe(vocab), bos_id=vocab.bos_id, eos_id=vocab.eos_id,
                pad_id=vocab.pad_id)
 
