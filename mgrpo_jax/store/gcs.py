@@ -12,12 +12,14 @@ client is anonymous. Credentials are never printed or logged.
 
 from __future__ import annotations
 
+import http.client
 import os
 import re
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import requests
+import urllib3
 from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exc
 from google.cloud import storage
@@ -36,16 +38,14 @@ T = TypeVar("T")
 
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]")
 _SCOPES = ("https://www.googleapis.com/auth/devstorage.read_write",)
-_TRANSIENT = (
-    gexc.TooManyRequests,
-    gexc.RequestTimeout,
-    gexc.InternalServerError,
-    gexc.BadGateway,
-    gexc.ServiceUnavailable,
-    gexc.GatewayTimeout,
+_TRANSIENT_CODES = frozenset({408, 429, 500, 502, 503, 504})
+_TRANSIENT_TYPES = (
     requests.exceptions.ConnectionError,
     requests.exceptions.Timeout,
     requests.exceptions.ChunkedEncodingError,
+    urllib3.exceptions.ProtocolError,
+    urllib3.exceptions.PoolError,
+    http.client.HTTPException,
     auth_exc.TransportError,
     ConnectionError,
     TimeoutError,
@@ -53,8 +53,10 @@ _TRANSIENT = (
 
 
 def is_transient(error: BaseException) -> bool:
-  """Whether a GCS call that raised `error` may succeed when retried."""
-  return isinstance(error, _TRANSIENT)
+  """Whether a GCS call that raised `error` may succeed when retried (408/429/5xx, I/O)."""
+  if isinstance(error, gexc.GoogleAPICallError):
+    return error.code in _TRANSIENT_CODES
+  return isinstance(error, _TRANSIENT_TYPES)
 
 
 def parse_gcs_uri(uri: str) -> tuple[str, str]:

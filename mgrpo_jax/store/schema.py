@@ -33,6 +33,7 @@ SCHEMA_VERSION = 1
 SLICES = ("main", "sub")
 _OUTCOMES = "main_outcomes"
 _ACK = "ack"
+_NEW = "<new record>"
 
 
 # ----------------------------------------------------------------------------- keys
@@ -182,11 +183,12 @@ def _check_location(key: str, expected_key: str) -> None:
                       f"the record's run and step belong at key {expected_key!r}")
 
 
-def _record_key(run_id: Any, step: Any, make_key: Any, *args: str) -> str:
+def _record_key(key: str, make_key: Any, *args: Any) -> str:
+  """`make_key(*args)`, with a bad run_id/step/slice reported as a `RecordError` at `key`."""
   try:
-    return make_key(run_id, step, *args)
+    return make_key(*args)
   except keys_lib.InvalidKeyError as e:
-    raise RecordError("<new record>", "run_id/step", str(e)) from None
+    raise RecordError(key, "run_id/step", str(e)) from None
 
 
 # -------------------------------------------------------------------------- records
@@ -259,7 +261,7 @@ class MainOutcomes:
   FIELDS = ("run_id", "step", "queries")
 
   def __post_init__(self):
-    key = _record_key(self.run_id, self.step, outcomes_key)
+    key = _record_key(_NEW, outcomes_key, self.run_id, self.step)
     parsed = MainOutcomes._parse_body(key, {
         "run_id": self.run_id, "step": self.step,
         "queries": [q.to_json() if isinstance(q, QueryOutcomes) else q
@@ -286,7 +288,7 @@ class MainOutcomes:
     """Decodes and validates the record stored at `key`."""
     obj = _header(key, _parse_json(key, data), _OUTCOMES, cls.FIELDS)
     body = cls._parse_body(key, obj)
-    _check_location(key, outcomes_key(body["run_id"], body["step"]))
+    _check_location(key, _record_key(key, outcomes_key, body["run_id"], body["step"]))
     return cls(**body)
 
   @staticmethod
@@ -322,7 +324,7 @@ class MainOutcomes:
   def from_arrays(cls, run_id: str, step: int, query_ids: Sequence[str], *, correct: Any,
                   main_reward: Any, num_sub_calls: Any, policy_version: Any) -> MainOutcomes:
     """Builds the record from arrays [Q, K] (`policy_version` may be a scalar)."""
-    key = _record_key(run_id, step, outcomes_key)
+    key = _record_key(_NEW, outcomes_key, run_id, step)
     correct = np.asarray(correct)
     if correct.ndim != 2 or correct.shape[0] != len(query_ids):
       raise RecordError(key, "correct",
@@ -353,7 +355,7 @@ class SliceAck:
   FIELDS = ("run_id", "step", "slice", "weight_version")
 
   def __post_init__(self):
-    key = _record_key(self.run_id, self.step, ack_key, self.slice_name)
+    key = _record_key(_NEW, ack_key, self.run_id, self.step, self.slice_name)
     object.__setattr__(self, "step", _int(key, "step", self.step))
     object.__setattr__(self, "weight_version",
                        _int(key, "weight_version", self.weight_version))
@@ -377,9 +379,5 @@ class SliceAck:
     if slice_name not in SLICES:
       raise RecordError(key, "slice", f"expected one of {SLICES}, got {slice_name!r}")
     weight_version = _int(key, "weight_version", obj["weight_version"])
-    try:
-      expected = ack_key(run_id, step, slice_name)
-    except keys_lib.InvalidKeyError as e:
-      raise RecordError(key, "run_id", str(e)) from None
-    _check_location(key, expected)
+    _check_location(key, _record_key(key, ack_key, run_id, step, slice_name))
     return cls(run_id, step, slice_name, weight_version)

@@ -1,0 +1,56 @@
+"""Integration fixtures: a real fake-gcs-server (GCS emulator) on a loopback port.
+
+`gcs_emulator` is one server per test session; `gcs_env` points google-cloud-storage,
+gcsfs and tensorstore/orbax at it for one test (the variables of
+`mgrpo_jax.store.emulator.emulator_env`, usable outside pytest too), and `gcs_bucket`
+gives that test its own empty bucket. `restartable_gcs_emulator` is a private server for
+tests that stop and restart it (same port, same data folder).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import pytest
+
+from mgrpo_jax.store.emulator import FakeGcsEmulator
+
+_bucket_ids = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeGcsEmulator]:
+  emulator = FakeGcsEmulator(tmp_path_factory.mktemp("fake-gcs"))
+  emulator.start()
+  yield emulator
+  emulator.stop()
+
+
+@pytest.fixture
+def gcs_env(gcs_emulator: FakeGcsEmulator,
+            monkeypatch: pytest.MonkeyPatch) -> FakeGcsEmulator:
+  """Sets the emulator environment (STORAGE_EMULATOR_HOST, TENSORSTORE_*, ...)."""
+  for name, value in gcs_emulator.env().items():
+    monkeypatch.setenv(name, value)
+  return gcs_emulator
+
+
+@pytest.fixture
+def gcs_bucket(gcs_env: FakeGcsEmulator) -> str:
+  """A fresh, empty bucket on the session emulator (environment already set)."""
+  name = f"test-bucket-{next(_bucket_ids)}"
+  gcs_env.create_bucket(name)
+  return name
+
+
+@pytest.fixture
+def restartable_gcs_emulator(tmp_path, monkeypatch: pytest.MonkeyPatch
+                             ) -> Iterator[FakeGcsEmulator]:
+  """A private emulator that the test may stop and restart; environment set."""
+  emulator = FakeGcsEmulator(tmp_path / "fake-gcs")
+  emulator.start()
+  for name, value in emulator.env().items():
+    monkeypatch.setenv(name, value)
+  yield emulator
+  emulator.stop()
