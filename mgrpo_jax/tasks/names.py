@@ -62,7 +62,8 @@ class NameGenerator:
     counts = self._rng.integers(min_syl, max_syl + 1, size=n)
     idx = self._rng.integers(0, len(self._syllables), size=(n, max_syl))
     parts = self._syllables[idx]
-    return ["".join(row[:k]).capitalize() for row, k in zip(parts.tolist(), counts.tolist())]
+    rows = zip(parts.tolist(), counts.tolist(), strict=True)
+    return ["".join(row[:k]).capitalize() for row, k in rows]
 
   def unique(self, n: int, make) -> list[str]:
     """`n` new unique names; `make(m)` proposes m candidates (vectorized)."""
@@ -86,7 +87,7 @@ class NameGenerator:
 
     def make(m):
       given = self.stems(m, min_syl=2, max_syl=2)
-      return [f"{g} {f}" for g, f in zip(given, self._pick(families, m))]
+      return [f"{g} {f}" for g, f in zip(given, self._pick(families, m), strict=False)]
     return self.unique(n, make)
 
   def with_words(self, n: int, words: tuple[str, ...], *, share: float = 0.3) -> list[str]:
@@ -95,8 +96,9 @@ class NameGenerator:
       stems = self.stems(m)
       reuse = self._rng.random(m) < share
       partner = self._rng.integers(0, m, size=m)
-      stems = [stems[p] if r else s for s, r, p in zip(stems, reuse.tolist(), partner.tolist())]
-      return [f"{s} {w}" for s, w in zip(stems, self._pick(list(words), m))]
+      choices = zip(stems, reuse.tolist(), partner.tolist(), strict=True)
+      stems = [stems[p] if r else s for s, r, p in choices]
+      return [f"{s} {w}" for s, w in zip(stems, self._pick(list(words), m), strict=False)]
     return self.unique(n, make)
 
   def cities(self, n: int, *, twin_share: float = 0.15) -> list[str]:
@@ -106,7 +108,7 @@ class NameGenerator:
     partners = self._rng.integers(0, n, size=n)
     prefixes = self._pick(list(CITY_PREFIXES), n)
     out = []
-    for i, (twin, p) in enumerate(zip(twins.tolist(), partners.tolist())):
+    for i, (twin, p) in enumerate(zip(twins.tolist(), partners.tolist(), strict=False)):
       candidate = f"{prefixes[i]} {base[p]}"
       if twin and p != i and candidate not in self._used and candidate not in self._exclude:
         self._used.discard(base[i])
@@ -128,5 +130,5 @@ class NameGenerator:
 
     def make(m):
       epithets = [e.lower() for e in self.stems(m, min_syl=2, max_syl=3)]
-      return [f"{g} {e}" for g, e in zip(self._pick(genera, m), epithets)]
+      return [f"{g} {e}" for g, e in zip(self._pick(genera, m), epithets, strict=False)]
     return self.unique(n, make)

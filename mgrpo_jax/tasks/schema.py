@@ -69,6 +69,7 @@ class AttributeSpec:
     questions: question templates with one `{}` for the entity noun phrase.
     page_templates: sentences stating it on the page (`{s}` subject, `{o}` value).
     event_phrase: for years, "the birth of {}" (used by difference questions).
+    before_phrase: for years, "were born" (used by "how many ... before" counts).
     comparison: (question template with two `{}`, "max" | "min") or None.
     categories: vocabulary for kind "category".
     low / high: value range for numeric kinds (inclusive / exclusive).
@@ -80,6 +81,7 @@ class AttributeSpec:
   questions: tuple[str, ...]
   page_templates: tuple[str, ...]
   event_phrase: str | None = None
+  before_phrase: str | None = None
   comparison: tuple[str, str] | None = None
   categories: tuple[str, ...] = ()
   low: int = 0
@@ -115,7 +117,7 @@ RELATIONS: tuple[RelationSpec, ...] = (
     ("{o} contains the city of {s}.",)),
   RelationSpec(
     "rises_in", "river", "city", "source city",
-    ("the source city of {}", "the city where the source of {} lies"),
+    ("the source city of {}", "the city at the source of {}"),
     ("{s} rises in {o}.", "The source of {s} lies in {o}.", "{s} has its source in {o}."),
     ("{o} is the source city of {s}.",)),
   RelationSpec(
@@ -163,8 +165,9 @@ ATTRIBUTES: tuple[AttributeSpec, ...] = (
     ("In what year was {} born?", "When was {} born?"),
     ("{s} was born in the year {o}.", "The birth of {s} is recorded in {o}.",
      "{s} came into the world in {o}."),
-    event_phrase="the birth of {}", comparison=("Who was born earlier, {} or {}?", "min"),
-    low=1700, high=1990),
+    event_phrase="the birth of {}", before_phrase="were born",
+    comparison=("Who was born earlier, {} or {}?", "min"),
+    low=1700, high=1960),
   AttributeSpec(
     "occupation", ("person",), "category", "occupation",
     ("What is the occupation of {}?", "What did {} do for a living?"),
@@ -176,7 +179,7 @@ ATTRIBUTES: tuple[AttributeSpec, ...] = (
     ("In what year was {} founded?", "When was {} established?"),
     ("{s} was established in {o}.", "The founding of {s} took place in {o}.",
      "{s} dates its founding to {o}."),
-    event_phrase="the founding of {}",
+    event_phrase="the founding of {}", before_phrase="were founded",
     comparison=("Which was founded earlier, {} or {}?", "min")),
   AttributeSpec(
     "employees", ("organization",), "int", "staff count",
@@ -188,7 +191,7 @@ ATTRIBUTES: tuple[AttributeSpec, ...] = (
     ("In what year was {} settled?", "When was {} first settled?"),
     ("{s} was first settled in {o}.", "The settlement of {s} dates from {o}.",
      "Settlers arrived at {s} in {o}."),
-    event_phrase="the settlement of {}",
+    event_phrase="the settlement of {}", before_phrase="were settled",
     comparison=("Which was settled earlier, {} or {}?", "min"), low=700, high=1900),
   AttributeSpec(
     "population", ("city", "country"), "int", "population",
@@ -213,7 +216,7 @@ ATTRIBUTES: tuple[AttributeSpec, ...] = (
     ("In what year was {} discovered?", "When was {} first described?"),
     ("{s} was first described in {o}.", "The discovery of {s} dates from {o}.",
      "Naturalists recorded {s} in {o}."),
-    event_phrase="the discovery of {}",
+    event_phrase="the discovery of {}", before_phrase="were discovered",
     comparison=("Which was discovered earlier, {} or {}?", "min")),
   AttributeSpec(
     "colour", ("species",), "category", "colour",
@@ -226,7 +229,7 @@ ATTRIBUTES: tuple[AttributeSpec, ...] = (
     ("In what year was {} completed?", "When was {} finished?"),
     ("{s} was completed in {o}.", "Work on {s} was finished in {o}.",
      "The completion of {s} came in {o}."),
-    event_phrase="the completion of {}",
+    event_phrase="the completion of {}", before_phrase="were completed",
     comparison=("Which was completed earlier, {} or {}?", "min")),
   AttributeSpec(
     "medium", ("artwork",), "category", "medium",
@@ -238,7 +241,7 @@ ATTRIBUTES: tuple[AttributeSpec, ...] = (
     "event_year", ("event",), "year", "year",
     ("In what year did {} take place?", "When did {} happen?"),
     ("{s} took place in {o}.", "{s} happened in {o}.", "The year of {s} was {o}."),
-    event_phrase="the staging of {}",
+    event_phrase="the staging of {}", before_phrase="took place",
     comparison=("Which took place earlier, {} or {}?", "min")),
 )
 

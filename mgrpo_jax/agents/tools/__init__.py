@@ -1,0 +1,30 @@
+"""Tools of the deep-research agents: `search` / `visit` (S) and `reason` (M).
+
+`base` defines `ToolResult`, `Tool` and `ToolRegistry` (JSON-argument dispatch by name;
+tools never raise). `search` holds the SQLite FTS5 index, `reason` the bounded
+evaluator. This package imports nothing from tasks, models or training.
+"""
+
+from __future__ import annotations
+
+from mgrpo_jax.agents.tools.base import Tool, ToolRegistry, ToolResult, validate_args
+from mgrpo_jax.agents.tools.reason import DEFAULT_LIMITS, Limits, evaluate, make_reason_tool
+from mgrpo_jax.agents.tools.search import (
+  SearchIndex,
+  build_index,
+  make_search_tool,
+  make_visit_tool,
+)
+
+
+def default_registry(index: SearchIndex, *, top_n: int = 5, visit_budget: int = 1500,
+                     limits: Limits = DEFAULT_LIMITS) -> ToolRegistry:
+  """A registry with search, visit and reason over `index`."""
+  return ToolRegistry([make_search_tool(index, top_n=top_n),
+                       make_visit_tool(index, budget_chars=visit_budget),
+                       make_reason_tool(limits)])
+
+
+__all__ = ["Limits", "SearchIndex", "Tool", "ToolRegistry", "ToolResult", "build_index",
+           "default_registry", "evaluate", "make_reason_tool", "make_search_tool",
+           "make_visit_tool", "validate_args"]

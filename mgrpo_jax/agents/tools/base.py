@@ -1,0 +1,149 @@
+"""Tool interface: results, JSON-argument schemas and a registry for dispatch by name.
+
+Every tool call returns a `ToolResult`; a tool never raises into its caller. Bad
+arguments (unknown tool, unparsable JSON, missing or wrongly typed fields, unknown
+fields) and any exception inside a tool become `ToolResult(ok=False, text="error: ...")`.
+Each result carries the call's wall-clock latency (`latency_s`) for trajectory logs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+  "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolResult:
+  """One observation. `data` holds structured output (e.g. search hits) when ok."""
+  ok: bool
+  text: str
+  latency_s: float = 0.0
+  data: Any = None
+
+
+def error(message: str) -> ToolResult:
+  return ToolResult(ok=False, text=f"error: {message}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Tool:
+  """A named callable with a JSON-schema object describing its keyword arguments.
+
+  Attributes:
+    name: the name the controller dispatches on.
+    description: one line shown to the model.
+    parameters: {"type": "object", "properties": {...}, "required": [...]}; property
+      types are JSON types ("string", "integer", "number", "boolean"), a list of them
+      allowed (["string", "integer"]).
+    fn: called with the validated keyword arguments; returns a ToolResult or a str.
+  """
+  name: str
+  description: str
+  parameters: Mapping[str, Any]
+  fn: Callable[..., ToolResult | str]
+
+
+def _type_ok(value: Any, json_type: str | list[str]) -> bool:
+  names = [json_type] if isinstance(json_type, str) else list(json_type)
+  for name in names:
+    if name in ("integer", "number") and isinstance(value, bool):
+      continue
+    if isinstance(value, _JSON_TYPES[name]):
+      return True
+  return False
+
+
+def validate_args(tool: Tool, args: Any) -> str | None:
+  """None if `args` fits `tool.parameters`, else a message naming the field."""
+  if not isinstance(args, Mapping):
+    return f"{tool.name}: arguments must be a JSON object, got {type(args).__name__}"
+  properties = tool.parameters.get("properties", {})
+  for field in tool.parameters.get("required", ()):
+    if field not in args:
+      return f"{tool.name}: missing argument {field!r}"
+  for field, value in args.items():
+    if field not in properties:
+      return f"{tool.name}: unknown argument {field!r} (expected {sorted(properties)})"
+    expected = properties[field].get("type", "string")
+    if not _type_ok(value, expected):
+      return f"{tool.name}: argument {field!r} must be {expected}, got {type(value).__name__}"
+  return None
+
+
+class ToolRegistry:
+  """Tools by name; `call` validates arguments, times the call and catches errors."""
+
+  def __init__(self, tools: list[Tool] | tuple[Tool, ...] = ()):
+    self._tools: dict[str, Tool] = {}
+    for tool in tools:
+      self.register(tool)
+
+  def register(self, tool: Tool) -> None:
+    if not tool.name or tool.name in self._tools:
+      raise ValueError(f"tool name {tool.name!r} is empty or already registered")
+    self._tools[tool.name] = tool
+
+  def register_function(self, name: str, fn: Callable[..., ToolResult | str], *,
+                        description: str, parameters: Mapping[str, Any]) -> Tool:
+    """Registers a user function as a tool and returns it."""
+    tool = Tool(name, description, parameters, fn)
+    self.register(tool)
+    return tool
+
+  @property
+  def names(self) -> list[str]:
+    return list(self._tools)
+
+  def schemas(self) -> list[dict[str, Any]]:
+    """JSON-serializable tool descriptions (for prompts)."""
+    return [{"name": t.name, "description": t.description, "parameters": dict(t.parameters)}
+            for t in self._tools.values()]
+
+  def call(self, name: Any, args: Any) -> ToolResult:
+    """Runs tool `name` with `args` (a dict or a JSON object string); never raises."""
+    start = time.perf_counter()
+    result = self._call(name, args)
+    return dataclasses.replace(result, latency_s=time.perf_counter() - start)
+
+  def call_json(self, payload: str) -> ToolResult:
+    """Runs a call written as JSON: {"name": ..., "arguments": {...}}; never raises."""
+    start = time.perf_counter()
+    try:
+      call = json.loads(payload)
+    except (ValueError, TypeError, RecursionError) as exc:
+      result = error(f"tool call is not valid JSON: {exc}")
+    else:
+      if not isinstance(call, dict) or "name" not in call:
+        result = error('tool call must be a JSON object with "name" and "arguments"')
+      else:
+        result = self._call(call["name"], call.get("arguments", {}))
+    return dataclasses.replace(result, latency_s=time.perf_counter() - start)
+
+  def _call(self, name: Any, args: Any) -> ToolResult:
+    if not isinstance(name, str) or name not in self._tools:
+      return error(f"unknown tool {name!r}; available: {', '.join(self._tools)}")
+    tool = self._tools[name]
+    if isinstance(args, str):
+      try:
+        args = json.loads(args)
+      except (ValueError, RecursionError) as exc:
+        return error(f"{name}: arguments are not valid JSON: {exc}")
+    problem = validate_args(tool, args)
+    if problem:
+      return error(problem)
+    try:
+      out = tool.fn(**args)
+    except Exception as exc:  # noqa: BLE001 - a tool must never raise into the controller
+      return error(f"{name} failed: {type(exc).__name__}: {exc}")
+    if isinstance(out, ToolResult):
+      return out
+    if isinstance(out, str):
+      return ToolResult(ok=True, text=out)
+    return error(f"{name} returned {type(out).__name__}, expected ToolResult or str")

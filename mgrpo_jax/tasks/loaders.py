@@ -1,0 +1,126 @@
+"""Loaders for user-provided benchmark files (GAIA and generic JSONL / CSV).
+
+GAIA's `metadata.jsonl` has one JSON object per line with fields `task_id`,
+`Question`, `Final answer`, `Level` and `file_name` (others are kept in `extra`).
+`load_jsonl` / `load_csv` read any file given a field mapping
+{"id": ..., "question": ..., "answer": ...} (optional "level", "file_name").
+Every problem raises `BenchmarkFileError` naming the path, the 1-based line number and
+the field.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+
+GAIA_FIELDS = {"id": "task_id", "question": "Question", "answer": "Final answer",
+               "level": "Level", "file_name": "file_name"}
+REQUIRED = ("id", "question", "answer")
+OPTIONAL = ("level", "file_name")
+
+
+class BenchmarkFileError(ValueError):
+  """A benchmark file problem; the message names path, line and field."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchmarkTask:
+  """One external task: `text` and `answer` as the answer judge expects."""
+  id: str
+  text: str
+  answer: str
+  level: str = ""
+  file_name: str = ""
+  extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def _check_mapping(field_map: Mapping[str, str]) -> None:
+  missing = [k for k in REQUIRED if k not in field_map]
+  unknown = [k for k in field_map if k not in REQUIRED + OPTIONAL]
+  if missing or unknown:
+    raise ValueError(f"field map needs keys {REQUIRED} (optional {OPTIONAL}); "
+                     f"missing {missing}, unknown {unknown}")
+
+
+def _task(record: Mapping[str, Any], field_map: Mapping[str, str], path: str,
+          line: int) -> BenchmarkTask:
+  values = {}
+  for key, field in field_map.items():
+    if field not in record:
+      if key in REQUIRED:
+        raise BenchmarkFileError(f"{path}:{line}: missing field {field!r}")
+      values[key] = ""
+      continue
+    value = record[field]
+    if value is None and key in REQUIRED:
+      raise BenchmarkFileError(f"{path}:{line}: field {field!r} is null")
+    values[key] = "" if value is None else str(value)
+  extra = {k: v for k, v in record.items() if k not in set(field_map.values())}
+  return BenchmarkTask(values["id"], values["question"], values["answer"],
+                       values.get("level", ""), values.get("file_name", ""), extra)
+
+
+def _open(path: str | os.PathLike):
+  path = os.fspath(path)
+  if not os.path.isfile(path):
+    raise BenchmarkFileError(f"{path}: file not found")
+  return path, open(path, encoding="utf-8", newline="")
+
+
+def load_jsonl(path: str | os.PathLike, field_map: Mapping[str, str]) -> list[BenchmarkTask]:
+  """Tasks from a JSON-lines file; blank lines are skipped."""
+  _check_mapping(field_map)
+  path, handle = _open(path)
+  tasks = []
+  with handle:
+    for line_no, line in enumerate(handle, start=1):
+      if not line.strip():
+        continue
+      try:
+        record = json.loads(line)
+      except ValueError as exc:
+        raise BenchmarkFileError(f"{path}:{line_no}: malformed JSON: {exc}") from None
+      if not isinstance(record, dict):
+        raise BenchmarkFileError(f"{path}:{line_no}: expected a JSON object, "
+                                 f"got {type(record).__name__}")
+      tasks.append(_task(record, field_map, path, line_no))
+  return tasks
+
+
+def load_csv(path: str | os.PathLike, field_map: Mapping[str, str]) -> list[BenchmarkTask]:
+  """Tasks from a CSV file with a header row (line 1)."""
+  _check_mapping(field_map)
+  path, handle = _open(path)
+  with handle:
+    reader = csv.DictReader(handle)
+    header = reader.fieldnames or []
+    for key in REQUIRED:
+      if field_map[key] not in header:
+        raise BenchmarkFileError(f"{path}:1: missing field {field_map[key]!r} in the header")
+    tasks = []
+    for record in reader:
+      if None in record:
+        raise BenchmarkFileError(f"{path}:{reader.line_num}: more values than header fields")
+      tasks.append(_task(record, field_map, path, reader.line_num))
+  return tasks
+
+
+def load_gaia(path: str | os.PathLike) -> list[BenchmarkTask]:
+  """GAIA `metadata.jsonl` (a file, or a directory containing it)."""
+  path = os.fspath(path)
+  if os.path.isdir(path):
+    path = os.path.join(path, "metadata.jsonl")
+  return load_jsonl(path, GAIA_FIELDS)
+
+
+def load_tasks(path: str | os.PathLike, field_map: Mapping[str, str] | None = None
+               ) -> list[BenchmarkTask]:
+  """By extension: .csv -> load_csv, otherwise JSONL (GAIA fields by default)."""
+  field_map = GAIA_FIELDS if field_map is None else field_map
+  if os.fspath(path).endswith(".csv"):
+    return load_csv(path, field_map)
+  return load_jsonl(path, field_map)

@@ -1,0 +1,107 @@
+"""The scripted oracle solves questions through the tools alone; the noisy oracle fails
+systematically on the question types and relations its mistakes target."""
+
+from __future__ import annotations
+
+import collections
+import inspect
+
+import pytest
+
+from mgrpo_jax.agents.tools import SearchIndex, default_registry
+from mgrpo_jax.tasks import judges, pages, questions, world
+from mgrpo_jax.tasks.oracle import (
+  Action,
+  MainNoise,
+  OracleMainAgent,
+  OracleSubAgent,
+  Step,
+  SubNoise,
+  run_episode,
+)
+
+
+@pytest.fixture(scope="module")
+def env():
+  w = world.generate_world("small", 21)
+  registry = default_registry(SearchIndex.from_pages(pages.render_pages(w)))
+  qs = (questions.synthesize(w, 200, stage=1, seed=5)
+        + questions.synthesize(w, 200, stage=2, seed=6))
+  return w, registry, qs
+
+
+def _accuracy(qs, main, sub, registry):
+  by_type = collections.defaultdict(list)
+  for q in qs:
+    episode = run_episode(q.text, main, sub, registry)
+    by_type[q.type].append(judges.answers_match(episode.answer or "", q.answer))
+  return {t: sum(v) / len(v) for t, v in by_type.items()}
+
+
+def test_oracle_policies_see_no_world():
+  for cls in (OracleMainAgent, OracleSubAgent):
+    params = inspect.signature(cls.__init__).parameters
+    assert list(params) == ["self", "noise"]
+
+
+def test_oracle_solves_through_tools(env):
+  w, registry, qs = env
+  main, sub = OracleMainAgent(), OracleSubAgent()
+  judge = judges.ProgrammaticExpertJudge(w)
+  correct, expert = 0, []
+  for q in qs:
+    episode = run_episode(q.text, main, sub, registry)
+    correct += judges.answers_match(episode.answer or "", q.answer)
+    expert += [judge(q, c.subtask, c.report) for c in episode.sub_calls]
+    if q.type == "puzzle":
+      assert not episode.sub_calls
+      assert [s.action.name for s in episode.main_steps] == ["reason"]
+    else:
+      assert episode.sub_calls and all(
+        [s.action.name for s in c.steps] == ["search", "visit"] for c in episode.sub_calls)
+  assert correct / len(qs) >= 0.99
+  assert sum(expert) / len(expert) >= 0.99
+
+
+def test_policies_are_stepwise(env):
+  _, registry, qs = env
+  q = next(q for q in qs if q.type == "difference")
+  main = OracleMainAgent()
+  first = main.next_action(q.text, [])
+  assert first.kind == "delegate" and first.text.startswith("Find the ")
+  assert main.next_action(q.text, []) == first  # no hidden state
+  sub = OracleSubAgent()
+  action = sub.next_action(first.text, [])
+  assert action.kind == "tool" and action.name == "search"
+  observation = registry.call(action.name, dict(action.args)).text
+  visit = sub.next_action(first.text, [Step(action, observation)])
+  assert visit.kind == "tool" and visit.name == "visit"
+  assert Action.answer("x").to_json() == '{"answer": "x"}'
+
+
+def test_noisy_main_fails_on_targeted_types_only(env):
+  _, registry, qs = env
+  clean = _accuracy(qs, OracleMainAgent(), OracleSubAgent(), registry)
+  noisy = _accuracy(qs, OracleMainAgent(MainNoise(rate=0.8)), OracleSubAgent(), registry)
+  for targeted in ("puzzle", "difference"):
+    assert noisy[targeted] <= clean[targeted] - 0.4, (targeted, noisy, clean)
+  for untouched in ("lookup", "comparison", "count"):
+    assert noisy[untouched] == clean[untouched]
+
+
+def test_noisy_sub_fails_on_targeted_relations(env):
+  _, registry, qs = env
+  lookups = [q for q in qs if q.type == "lookup"]
+  targeted = SubNoise(rate=0.8)
+  hit = {*targeted.skip_visit, *targeted.wrong_extraction, *targeted.wrong_page}
+  on = [q for q in lookups if q.path[0].relation in hit]
+  off = [q for q in lookups if q.path[0].relation not in hit]
+  assert len(on) >= 15 and len(off) >= 15
+  noisy_main, noisy_sub = OracleMainAgent(), OracleSubAgent(targeted)
+  acc_on = _accuracy(on, noisy_main, noisy_sub, registry)["lookup"]
+  acc_off = _accuracy(off, noisy_main, noisy_sub, registry)["lookup"]
+  assert acc_off == 1.0
+  assert acc_on <= 0.6
+  # Decisions are seeded: the same noise config gives the same answers.
+  again = _accuracy(on, noisy_main, OracleSubAgent(targeted), registry)["lookup"]
+  assert again == acc_on
