@@ -70,3 +70,8 @@ def check_binary(x: Any, name: str) -> None:
   if not np.all((values == 0) | (values == 1)):
     bad = values[(values != 0) & (values != 1)].ravel()[0]
     raise ValueError(f"{name} must be boolean or 0/1, got a value {bad}")
+
+
+def as_array(x: Any) -> Any:
+  """Turns nested lists/tuples into a numpy array (jit would see a pytree of scalars)."""
+  return np.asarray(x) if isinstance(x, (list, tuple)) else x

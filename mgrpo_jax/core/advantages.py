@@ -75,6 +75,7 @@ def group_normalize(rewards: Any, valid: Any = None, *, std: str = "population",
     a single valid entry.
   """
   _checks.check_choice(std, "std", STD_MODES)
+  rewards, valid = _checks.as_array(rewards), _checks.as_array(valid)
   shape = _checks.shape_of(rewards, "rewards")
   if len(shape) < 1:
     raise ValueError(f"rewards must have shape [..., G] with at least one axis, got {shape}")
@@ -115,6 +116,8 @@ def mgrpo_advantages(main_rewards: Any, sub_rewards: Any, sub_valid: Any, *,
     (main_adv float32 [Q, K] = A_{q,M}, sub_adv float32 [Q, K, D] = A_{q,S,i}); the sub
     group of query q is all valid [K, D] slots of q, duplicates counted in full.
   """
+  main_rewards, sub_rewards, sub_valid, main_valid = (
+      _checks.as_array(x) for x in (main_rewards, sub_rewards, sub_valid, main_valid))
   q, k = _checks.check_ndim(main_rewards, "main_rewards", 2, "[Q, K]")
   sub_shape = _checks.check_ndim(sub_rewards, "sub_rewards", 3, "[Q, K, D]")
   if sub_shape[:2] != (q, k):

@@ -44,7 +44,19 @@ MODES = Registry("alignment mode")
 _INT32_MAX = np.iinfo(np.int32).max
 
 
-def _distinct_subset(key: jax.Array, counts: jax.Array, d_max: int) -> jax.Array:
+def _draws(key: jax.Array, counts: jax.Array, d_max: int) -> jax.Array:
+  """The random integers of one alignment, from a single `randint` call: int32 [Q, K, D].
+
+  Where c >= D, draw j is uniform on [0, c - D + j] (Floyd's algorithm); where
+  0 < c < D, it is uniform on [0, c) (slots j >= c use it as a duplicate).
+  """
+  step = jnp.arange(d_max, dtype=jnp.int32)
+  c = counts[..., None]
+  upper = jnp.where(c >= d_max, c - d_max + step + 1, c)
+  return jax.random.randint(key, upper.shape, 0, jnp.maximum(upper, 1), dtype=jnp.int32)
+
+
+def _distinct_subset(counts: jax.Array, floyd_draws: jax.Array, d_max: int) -> jax.Array:
   """Uniform D-subsets of [0, c) per rollout, ascending; meaningful where c >= D.
 
   Floyd's algorithm: for j = c - D, ..., c - 1 draw t uniform on [0, j]; keep t unless
@@ -52,10 +64,9 @@ def _distinct_subset(key: jax.Array, counts: jax.Array, d_max: int) -> jax.Array
   """
   step = jnp.arange(d_max, dtype=jnp.int32)
   last = counts[..., None] - d_max + step  # j of draw i, [Q, K, D]
-  draws = jax.random.randint(key, last.shape, 0, jnp.maximum(last + 1, 1), dtype=jnp.int32)
 
   def keep_one(i: jax.Array, kept: jax.Array) -> jax.Array:
-    t = draws[..., i]
+    t = floyd_draws[..., i]
     already = jnp.any((kept == t[..., None]) & (step < i), axis=-1)
     return kept.at[..., i].set(jnp.where(already, last[..., i], t))
 
@@ -66,11 +77,10 @@ def _distinct_subset(key: jax.Array, counts: jax.Array, d_max: int) -> jax.Array
 @MODES.register("duplicate_drop")
 def _duplicate_drop(counts: jax.Array, d_max: int, key: jax.Array
                     ) -> tuple[jax.Array, jax.Array]:
-  drop_key, fill_key = jax.random.split(key)
+  draws = _draws(key, counts, d_max)
   step = jnp.arange(d_max, dtype=jnp.int32)
   c = counts[..., None]
-  subset = _distinct_subset(drop_key, counts, d_max)
-  draws = jax.random.randint(fill_key, subset.shape, 0, jnp.maximum(c, 1), dtype=jnp.int32)
+  subset = _distinct_subset(counts, draws, d_max)
   filled = jnp.where(step < c, step, draws)
   index = jnp.where(c >= d_max, subset, filled)
   valid = jnp.broadcast_to(c > 0, index.shape)
@@ -79,10 +89,10 @@ def _duplicate_drop(counts: jax.Array, d_max: int, key: jax.Array
 
 @MODES.register("mask")
 def _mask(counts: jax.Array, d_max: int, key: jax.Array) -> tuple[jax.Array, jax.Array]:
-  drop_key, _ = jax.random.split(key)
+  draws = _draws(key, counts, d_max)
   step = jnp.arange(d_max, dtype=jnp.int32)
   c = counts[..., None]
-  subset = _distinct_subset(drop_key, counts, d_max)
+  subset = _distinct_subset(counts, draws, d_max)
   valid = (c >= d_max) | (step < c)
   index = jnp.where(c >= d_max, subset, step)
   return jnp.where(valid, index, 0), valid
@@ -139,6 +149,7 @@ def align_indices(counts: Any, d_max: int, key: Any, *, mode: str = "duplicate_d
   """
   if isinstance(d_max, bool) or not isinstance(d_max, (int, np.integer)) or d_max < 1:
     raise ValueError(f"d_max must be a positive int, got {d_max!r}")
+  counts = _checks.as_array(counts)
   _check_counts(counts)
   _check_key(key)
   MODES.get(mode)
@@ -170,5 +181,6 @@ def alignment_stats(counts: Any, d_max: int) -> dict[str, jax.Array]:
   """
   if isinstance(d_max, bool) or not isinstance(d_max, (int, np.integer)) or d_max < 1:
     raise ValueError(f"d_max must be a positive int, got {d_max!r}")
+  counts = _checks.as_array(counts)
   _check_counts(counts)
   return _alignment_stats(counts, d_max=int(d_max))

@@ -13,7 +13,8 @@ Ratio granularity (`ratio=`):
   "token"       rho_{i,t} = exp(logp - old_logp) per token (the released code; default).
   "sequence"    GSPO: rho_i = exp(masked mean of the token log-ratios of sequence i).
   "trajectory"  the paper's Eq. 14/16 as written: rho_i = exp(masked sum), a product of
-                token ratios over the trajectory.
+                token ratios over the trajectory (it overflows on long sequences far from
+                pi_old; with A < 0 only the dual clip bounds the loss then).
   The two sequence-level variants are applied per token as
   stop_gradient(rho_i) * exp(logp_t - stop_gradient(logp_t)): the value is rho_i and
   the whole sequence is clipped together, while the gradient flows per token.
@@ -119,6 +120,7 @@ def kl_divergence(logp: Any, ref_logp: Any, *, estimator: str = "k3") -> jax.Arr
     float32 [...].
   """
   _checks.check_choice(estimator, "kl_estimator", KL_ESTIMATORS)
+  logp, ref_logp = _checks.as_array(logp), _checks.as_array(ref_logp)
   _checks.check_same_shape(ref_logp, "ref_logp", _checks.shape_of(logp, "logp"), "logp")
   return _kl_divergence(logp, ref_logp, estimator=estimator)
 
@@ -187,29 +189,55 @@ def _metrics(rho: jax.Array, log_ratio: jax.Array, adv: jax.Array, mask: jax.Arr
   sg = jax.lax.stop_gradient
   rho, log_ratio, pg = sg(rho), sg(log_ratio), sg(pg)
   present = mask > 0
-  num_tokens = jnp.sum(mask)
-  safe_tokens = jnp.where(num_tokens > 0, num_tokens, 1.0)
-
-  def token_mean(x: jax.Array) -> jax.Array:
-    return jnp.sum(jnp.where(present, x, 0.0) * mask) / safe_tokens
-
-  any_token = num_tokens > 0
-  metrics = {
-      "pg_loss": reduce(pg, mask, w, max_len)[0] / denominator,
-      "clip_frac_low": token_mean((adv < 0) & (rho < 1.0 - clip_low)),
-      "clip_frac_high": token_mean((adv > 0) & (rho > 1.0 + clip_high)),
+  token_sums = {
+      "num_tokens": jnp.ones_like(mask),
+      "clip_frac_low": (adv < 0) & (rho < 1.0 - clip_low),
+      "clip_frac_high": (adv > 0) & (rho > 1.0 + clip_high),
       # KL(pi_old || pi_theta) from tokens sampled from pi_old, k3 estimator.
-      "approx_kl": token_mean(jnp.exp(log_ratio) - 1.0 - log_ratio),
-      "ratio_mean": jnp.where(any_token, token_mean(rho), 1.0),
-      "ratio_min": jnp.where(any_token, jnp.min(jnp.where(present, rho, jnp.inf)), 1.0),
-      "ratio_max": jnp.where(any_token, jnp.max(jnp.where(present, rho, -jnp.inf)), 1.0),
-      "num_tokens": num_tokens,
+      "approx_kl": jnp.exp(log_ratio) - 1.0 - log_ratio,
+      "ratio_mean": rho,
   }
   if clip_ratio_c is not None:
-    metrics["clip_frac_dual"] = token_mean((adv < 0) & (rho > clip_ratio_c))
+    token_sums["clip_frac_dual"] = (adv < 0) & (rho > clip_ratio_c)
   if kl_tok is not None:
-    metrics["kl"] = token_mean(sg(kl_tok))
+    token_sums["kl"] = sg(kl_tok)
+  totals, ratio_min, ratio_max = _masked_totals(token_sums, rho, mask, present)
+  num_tokens = totals.pop("num_tokens")
+  any_token = num_tokens > 0
+  safe_tokens = jnp.where(any_token, num_tokens, 1.0)
+  metrics = {name: total / safe_tokens for name, total in totals.items()}
+  metrics["ratio_mean"] = jnp.where(any_token, metrics["ratio_mean"], 1.0)
+  metrics["ratio_min"] = jnp.where(any_token, ratio_min, 1.0)
+  metrics["ratio_max"] = jnp.where(any_token, ratio_max, 1.0)
+  metrics["num_tokens"] = num_tokens
+  metrics["pg_loss"] = reduce(pg, mask, w, max_len)[0] / denominator
   return metrics
+
+
+def _masked_totals(token_sums: dict[str, jax.Array], rho: jax.Array, mask: jax.Array,
+                   present: jax.Array
+                   ) -> tuple[dict[str, jax.Array], jax.Array, jax.Array]:
+  """Masked sums of each [N, T] quantity, and min/max of rho, in one pass over tokens.
+
+  A variadic reduction over T computes every row total from one read of the inputs
+  (separate reductions would each recompute the ratio); the [N] row totals are then
+  summed with ordinary reductions, as accurate in float32 as the loss's own sums (one
+  sequential reduction over all N * T tokens would not be).
+  """
+  names = list(token_sums)
+  operands = tuple(jnp.asarray(x, jnp.float32) * mask for x in token_sums.values())
+  operands += (jnp.where(present, rho, jnp.inf), jnp.where(present, rho, -jnp.inf))
+  inits = tuple(jnp.float32(0.0) for _ in names) + (jnp.float32(jnp.inf),
+                                                     jnp.float32(-jnp.inf))
+  k = len(names)
+
+  def combine(a: tuple[jax.Array, ...], b: tuple[jax.Array, ...]) -> tuple[jax.Array, ...]:
+    sums = tuple(x + y for x, y in zip(a[:k], b[:k], strict=True))
+    return sums + (jnp.minimum(a[k], b[k]), jnp.maximum(a[k + 1], b[k + 1]))
+
+  rows = jax.lax.reduce(operands, inits, combine, (1,))
+  totals = {name: jnp.sum(row) for name, row in zip(names, rows[:k], strict=True)}
+  return totals, jnp.min(rows[k]), jnp.max(rows[k + 1])
 
 
 @functools.partial(jax.jit, static_argnames=("aggregation", "max_len"))
@@ -254,6 +282,7 @@ def loss_normalizer(loss_mask: Any, *, aggregation: str = "seq_mean_token_mean",
     float32 scalar: sum_i w_i n_i for "token_mean", else the weight of the non-empty
     rows; pass it as `policy_loss(..., normalizer=...)` for each micro-batch.
   """
+  loss_mask, weights = _checks.as_array(loss_mask), _checks.as_array(weights)
   _, t = _check_rows_and_tokens(loss_mask, weights)
   AGGREGATIONS.get(aggregation)
   return _loss_normalizer(loss_mask, weights, aggregation=aggregation,
@@ -296,7 +325,7 @@ def policy_loss(logp: Any, old_logp: Any, advantages: Any, loss_mask: Any, *,
     ratio: "token" (default), "sequence" (GSPO) or "trajectory" (Eq. 14 as written).
     aggregation: a name in `AGGREGATIONS` (module docstring).
     ref_logp: optional float [N, T], log pi_ref for the KL penalty.
-    kl_coef: beta, weight of the KL penalty (needs ref_logp when non-zero).
+    kl_coef: beta, weight of the KL penalty; it applies only when ref_logp is given.
     kl_estimator: "k1", "k2" or "k3" (see `kl_divergence`).
     weights: optional float [N] >= 0, per-row multiplicities.
     clip_ratio_c: optional dual-clip bound c > 1; for A < 0 the token loss is capped at
@@ -311,6 +340,8 @@ def policy_loss(logp: Any, old_logp: Any, advantages: Any, loss_mask: Any, *,
     ratio_min, ratio_max (1 when there are no tokens), num_tokens, and clip_frac_dual
     (with clip_ratio_c) and kl (with ref_logp). Metrics are token means of this call.
   """
+  logp, old_logp, advantages, loss_mask, ref_logp, weights = (
+      _checks.as_array(x) for x in (logp, old_logp, advantages, loss_mask, ref_logp, weights))
   n, t = _check_rows_and_tokens(loss_mask, weights)
   for name, value in (("logp", logp), ("old_logp", old_logp)):
     _checks.check_same_shape(value, name, (n, t), "loss_mask")
@@ -321,7 +352,7 @@ def policy_loss(logp: Any, old_logp: Any, advantages: Any, loss_mask: Any, *,
   _checks.check_choice(kl_estimator, "kl_estimator", KL_ESTIMATORS)
   AGGREGATIONS.get(aggregation)
   _check_scalar_options(clip_low, clip_high, clip_ratio_c, kl_coef, normalizer)
-  if ref_logp is None and not (_checks.is_concrete(kl_coef) and float(kl_coef) == 0.0):
+  if ref_logp is None and _checks.is_concrete(kl_coef) and float(kl_coef) != 0.0:
     raise ValueError("kl_coef is non-zero but ref_logp is None: pass the reference log-probs")
   return _policy_loss(logp, old_logp, advantages, loss_mask, ref_logp, weights, normalizer,
                       clip_low, clip_high, clip_ratio_c, kl_coef, ratio=ratio,

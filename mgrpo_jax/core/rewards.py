@@ -50,6 +50,7 @@ def main_reward(format_ok: Any, correct: Any, *, a1: float = 0.1, a2: float = 0.
   Returns:
     float32 array of the broadcast shape.
   """
+  format_ok, correct = _checks.as_array(format_ok), _checks.as_array(correct)
   _checks.check_binary(format_ok, "format_ok")
   _checks.check_in_unit_interval(correct, "correct")
   return _gated_sum(format_ok, a1, (a2,), (correct,))
@@ -69,6 +70,8 @@ def sub_reward(format_ok: Any, main_correct: Any, expert: Any, *, b1: float = 0.
   Returns:
     float32: 0 where the format is invalid, else b1 + b2 * main_correct + b3 * expert.
   """
+  format_ok, main_correct, expert = (
+      _checks.as_array(x) for x in (format_ok, main_correct, expert))
   _checks.check_binary(format_ok, "format_ok")
   _checks.check_in_unit_interval(main_correct, "main_correct")
   _checks.check_in_unit_interval(expert, "expert")
@@ -86,6 +89,7 @@ def sub_reward_released(format_ok: Any, main_correct: Any, expert: Any = None, *
     float32: 0 where the format is invalid, else 0.1 (M wrong) or 1.0 (M right).
   """
   del expert
+  format_ok, main_correct = _checks.as_array(format_ok), _checks.as_array(main_correct)
   _checks.check_binary(format_ok, "format_ok")
   _checks.check_in_unit_interval(main_correct, "main_correct")
   return _gated_sum(format_ok, b1, (b2,), (main_correct,))

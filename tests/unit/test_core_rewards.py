@@ -1,0 +1,62 @@
+"""Rewards R_M and R_S (paper section 3.2) and the released code's R_S variant."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from mgrpo_jax.core import rewards
+
+
+def test_main_reward_table():
+  # (format_ok, correct) -> R_M; an invalid format zeroes the reward whatever the answer.
+  cases = {(0, 0): 0.0, (0, 1): 0.0, (1, 0): 0.1, (1, 1): 1.0}
+  fmt, correct = np.array(list(cases)).T
+  got = rewards.main_reward(fmt.astype(bool), correct)
+  np.testing.assert_allclose(np.asarray(got), list(cases.values()), rtol=1e-6)
+  weighted = rewards.main_reward(np.array([1, 1, 0]), np.array([0.0, 1.0, 1.0]), a1=0.3,
+                                 a2=0.5)
+  np.testing.assert_allclose(np.asarray(weighted), [0.3, 0.8, 0.0], rtol=1e-6)
+
+
+def test_sub_reward_matches_the_paper_formula():
+  grid = list(itertools.product([0, 1], [0, 1], [0.0, 0.25, 1.0]))
+  fmt, main_correct, expert = (np.array(c) for c in zip(*grid, strict=True))
+  got = np.asarray(rewards.sub_reward(fmt, main_correct, expert))
+  want = [f * (0.1 + 0.4 * c + 0.5 * e) for f, c, e in grid]
+  np.testing.assert_allclose(got, want, rtol=1e-6)
+  custom = rewards.sub_reward(1, 1, 0.5, b1=0.2, b2=0.3, b3=0.4)
+  assert float(custom) == pytest.approx(0.2 + 0.3 + 0.2)
+
+
+def test_released_variant_is_point_one_or_one():
+  got = rewards.SUB_REWARDS["released"](np.array([1, 1, 0, 0]), np.array([0, 1, 0, 1]),
+                                        np.array([0.9, 0.0, 1.0, 1.0]))
+  np.testing.assert_allclose(np.asarray(got), [0.1, 1.0, 0.0, 0.0], rtol=1e-6)
+  assert rewards.get_sub_reward("paper") is rewards.sub_reward
+  assert rewards.get_sub_reward("released") is rewards.sub_reward_released
+  with pytest.raises(ValueError, match="sub reward"):
+    rewards.get_sub_reward("expert_only")
+
+
+def test_rollout_correctness_broadcasts_to_aligned_slots():
+  main_correct = np.array([[1, 0]])  # [Q, K]
+  fmt = np.array([[[1, 1, 0], [1, 0, 1]]], bool)  # [Q, K, D]
+  expert = np.full((1, 2, 3), 0.2)
+  got = np.asarray(rewards.sub_reward(fmt, main_correct[..., None], expert))
+  want = fmt * (0.1 + 0.4 * main_correct[..., None] + 0.5 * 0.2)
+  np.testing.assert_allclose(got, want, rtol=1e-6)
+  assert got.shape == (1, 2, 3) and got.dtype == np.float32
+
+
+def test_bad_inputs_name_the_argument():
+  with pytest.raises(ValueError, match="format_ok"):
+    rewards.main_reward(np.array([2]), np.array([1]))
+  with pytest.raises(ValueError, match="correct"):
+    rewards.main_reward(np.array([1]), np.array([1.5]))
+  with pytest.raises(ValueError, match="expert"):
+    rewards.sub_reward(np.array([1]), np.array([1]), np.array([-0.1]))
+  with pytest.raises(ValueError, match="main_correct"):
+    rewards.sub_reward_released(np.array([1]), np.array([np.nan]))
