@@ -17,9 +17,13 @@ def _clear_gin():
   gin.clear_config()
 
 
-@pytest.fixture
-def user_module(tmp_path, monkeypatch):
-  """A user's own module, outside the package, registering a reward with gin."""
+@pytest.fixture(scope="module")
+def user_module(tmp_path_factory):
+  """A user's own module, outside the package, registering a reward with gin.
+
+  Module-scoped: gin refuses to register the same configurable twice in a process.
+  """
+  tmp_path = tmp_path_factory.mktemp("user")
   (tmp_path / "user_rewards.py").write_text(textwrap.dedent("""
       import gin
       import numpy as np
@@ -29,9 +33,9 @@ def user_module(tmp_path, monkeypatch):
         del a1, a2
         return np.where(np.asarray(format_ok) & np.asarray(correct), 2.0, -1.0)
       """))
-  monkeypatch.syspath_prepend(str(tmp_path))
+  sys.path.insert(0, str(tmp_path))
   yield tmp_path
-  sys.modules.pop("user_rewards", None)
+  sys.path.remove(str(tmp_path))
 
 
 def test_default_main_reward_is_the_papers():
