@@ -2,33 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
-import random
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 
 from mgrpo_jax.store.errors import StoreTimeoutError
-
-
-@dataclasses.dataclass(frozen=True)
-class Backoff:
-  """Delays `initial * multiplier**n`, capped at `maximum`, each drawn in [d/2, d]."""
-
-  initial: float = 0.01
-  multiplier: float = 2.0
-  maximum: float = 1.0
-
-  def __post_init__(self):
-    if not 0 < self.initial <= self.maximum or self.multiplier < 1:
-      raise ValueError(f"invalid backoff {self}: need 0 < initial <= maximum, multiplier >= 1")
-
-  def delays(self, rng: random.Random | None = None) -> Iterator[float]:
-    """Yields an endless sequence of jittered delays in seconds."""
-    rng = rng or random.Random()
-    delay = self.initial
-    while True:
-      yield rng.uniform(delay / 2, delay)
-      delay = min(delay * self.multiplier, self.maximum)
+from mgrpo_jax.utils.retry import Backoff
 
 
 def wait_for_keys(exists: Callable[[str], bool], keys: Iterable[str], timeout: float, *,

@@ -1,63 +1,13 @@
-"""Deadline-bounded retries of remote store calls (exponential backoff with jitter)."""
+"""Deadline-bounded retries of remote store calls, failing with `StoreUnavailableError`."""
 
 from __future__ import annotations
 
-import dataclasses
-import time
-from collections.abc import Callable
-from typing import TypeVar
+import functools
 
-from mgrpo_jax.store.backoff import Backoff
 from mgrpo_jax.store.errors import StoreUnavailableError
+from mgrpo_jax.utils import retry as _retry
 
-T = TypeVar("T")
+RetryPolicy = _retry.RetryPolicy
+call_with_retry = functools.partial(_retry.call_with_retry, error_type=StoreUnavailableError)
 
-
-@dataclasses.dataclass(frozen=True)
-class RetryPolicy:
-  """How long a remote operation keeps retrying transient failures.
-
-  Attributes:
-    deadline: seconds from the first attempt after which the operation gives up.
-    request_timeout: seconds one HTTP attempt may take (capped by the time left).
-    backoff: the delays between attempts.
-  """
-
-  deadline: float = 120.0
-  request_timeout: float = 30.0
-  backoff: Backoff = Backoff(initial=0.1, multiplier=2.0, maximum=10.0)
-
-  def __post_init__(self):
-    if self.deadline <= 0 or self.request_timeout <= 0:
-      raise ValueError(f"invalid retry policy {self}: deadline and request_timeout must be > 0")
-
-
-def call_with_retry(attempt: Callable[[float], T], *, policy: RetryPolicy,
-                    is_transient: Callable[[BaseException], bool], operation: str,
-                    clock: Callable[[], float] = time.monotonic,
-                    sleep: Callable[[float], None] = time.sleep) -> T:
-  """Calls `attempt(timeout_s)` until it returns, retrying transient errors.
-
-  Non-transient errors propagate at once. When the deadline passes, raises
-  `StoreUnavailableError` naming `operation` (e.g. "put 'runs/x/...' to gs://b/p"),
-  the number of attempts and the last error's type and message.
-  """
-  start = clock()
-  delays = policy.backoff.delays()
-  attempts = 0
-  while True:
-    remaining = policy.deadline - (clock() - start)
-    attempts += 1
-    try:
-      return attempt(max(min(policy.request_timeout, remaining), 0.1))
-    except Exception as e:  # noqa: BLE001 (classified just below)
-      if not is_transient(e):
-        raise
-      remaining = policy.deadline - (clock() - start)
-      if remaining <= 0:
-        message = str(e).splitlines()[0][:300] if str(e) else ""
-        raise StoreUnavailableError(
-            f"{operation} failed after {attempts} attempt(s) over {clock() - start:.1f}s "
-            f"(deadline {policy.deadline:g}s); last error: {type(e).__name__}: {message}"
-        ) from e
-      sleep(min(next(delays), remaining))
+__all__ = ["RetryPolicy", "call_with_retry"]

@@ -12,7 +12,7 @@ ALLOWED = {
     "config": set(),
     "metrics": set(),
     "utils": set(),
-    "store": set(),
+    "store": {"utils"},
     "text": set(),
     "models": {"text", "utils"},
     "sampling": {"models", "text", "utils"},
