@@ -1,0 +1,11 @@
+"""The sub-agent service the main slice calls, and the request/response layer under it."""
+
+from mgrpo_jax.serving.rpc import (
+                                   ClientSettings,
+                                   RpcClient,
+                                   RpcError,
+                                   RpcServer,
+                                   ServiceUnavailableError,
+)
+
+__all__ = ["ClientSettings", "RpcClient", "RpcError", "RpcServer", "ServiceUnavailableError"]
