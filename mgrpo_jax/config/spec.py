@@ -50,6 +50,8 @@ def _agent_spec(role: str, preset: str) -> dict[str, Any]:
                           "Hugging Face folder.", allow_empty=False),
           "init_checkpoint": Field("", f"Orbax checkpoint that {role}'s weights start from "
                                    "(empty: the preset's pretrained weights or a seeded init)."),
+          "tokenizer": Field("", "Tokenizer: a SentencePiece model or GGUF file path (empty: the "
+                             "pretrained model's own, else one trained on the world's corpus)."),
           "dtype": Field("float32", "Activation dtype.", choices=("float32", "bfloat16")),
           "scan_layers": Field(False, "Scan over layers (faster compiles for deep models)."),
       },
@@ -137,6 +139,18 @@ SPEC: dict[str, Any] = {
     },
     "main": _agent_spec("the main agent M", "tiny"),
     "sub": _agent_spec("the sub-agent S", "tiny"),
+    "serving": {
+        "host": Field("127.0.0.1", "Address the sub-agent service listens on.",
+                      allow_empty=False),
+        "port": Field(0, "Port of the sub-agent service (0: a free port, published in the "
+                      "run folder for the main slice).", low=0, high=65535),
+        "token_env": Field("", "Environment variable holding a shared token the service "
+                           "requires (empty: no token)."),
+        "deadline_s": Field(120.0, "Seconds the main slice keeps retrying an unreachable "
+                            "sub-agent service before failing.", low=0.1),
+        "call_timeout_s": Field(600.0, "Seconds one batch of sub-agent calls may take.",
+                                low=1.0),
+    },
     "store": {
         "uri": Field("", "Statistics store: a folder or gs://bucket/prefix "
                      "(empty: <workdir>/store)."),
