@@ -1,0 +1,29 @@
+"""Length and batch buckets: round shapes up so a long run compiles few programs.
+
+Every jitted sampling program is specialized on (batch, prompt length, generation
+length); rounding each up to the next bucket bounds the number of programs by the
+product of the bucket list sizes, whatever lengths the run produces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def powers_of_two(low: int, high: int) -> tuple[int, ...]:
+  """(low, 2 low, 4 low, ...) up to and including the first value >= high."""
+  if low <= 0 or high < low:
+    raise ValueError(f"need 0 < low <= high, got low={low}, high={high}")
+  out = [low]
+  while out[-1] < high:
+    out.append(out[-1] * 2)
+  return tuple(out)
+
+
+def pick_bucket(n: int, buckets: Sequence[int], what: str) -> int:
+  """The smallest bucket >= n; raises ValueError naming `what` if n exceeds them all."""
+  for b in sorted(buckets):
+    if b >= n:
+      return b
+  raise ValueError(f"{what} {n} exceeds the largest bucket {max(buckets)}; "
+                   f"add a bucket (buckets: {sorted(buckets)})")
