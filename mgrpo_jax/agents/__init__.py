@@ -18,28 +18,33 @@ Modules (one job each):
 
 `agents` imports `agents.tools`, `tasks`, `text`, `sampling`, `models`, `core` and
 `utils`, never training. Protocol reference: docs/PROTOCOL.md.
+
+The names below are loaded on first use, so importing `mgrpo_jax.agents.tools` (a tool
+server, the world builder) does not pull in JAX or the models.
 """
 
-from mgrpo_jax.agents.config import AgentLimits, RolloutConfig
-from mgrpo_jax.agents.controller import RolloutBatch, RolloutController, RolloutStats
-from mgrpo_jax.agents.modes import MODES, Agent, make_controller
-from mgrpo_jax.agents.oracle_policy import OraclePolicy
-from mgrpo_jax.agents.policy import Policy, SamplerPolicy, TurnOutput, TurnRequest
-from mgrpo_jax.agents.records import MainRecord, SubRecord, ToolCall, Trajectory
-from mgrpo_jax.agents.scoring import rewards, score
-from mgrpo_jax.agents.specs import MAIN, SINGLE, SUB, AgentSpec
-from mgrpo_jax.agents.sub_client import (
-  InProcessSubAgentClient,
-  SubAgentClient,
-  SubAgentResult,
-  SubTaskRequest,
-  truncated_result,
-)
+import importlib
 
-__all__ = [
-  "MAIN", "MODES", "SINGLE", "SUB", "Agent", "AgentLimits", "AgentSpec",
-  "InProcessSubAgentClient", "MainRecord", "OraclePolicy", "Policy", "RolloutBatch",
-  "RolloutConfig", "RolloutController", "RolloutStats", "SamplerPolicy", "SubAgentClient",
-  "SubAgentResult", "SubRecord", "SubTaskRequest", "ToolCall", "Trajectory", "TurnOutput",
-  "TurnRequest", "make_controller", "rewards", "score", "truncated_result",
-]
+_EXPORTS = {
+    "config": ("AgentLimits", "RolloutConfig"),
+    "controller": ("RolloutBatch", "RolloutController", "RolloutStats"),
+    "modes": ("MODES", "Agent", "make_controller"),
+    "oracle_policy": ("OraclePolicy",),
+    "policy": ("Policy", "SamplerPolicy", "TurnOutput", "TurnRequest"),
+    "records": ("MainRecord", "SubRecord", "ToolCall", "Trajectory"),
+    "scoring": ("rewards", "score"),
+    "specs": ("MAIN", "SINGLE", "SUB", "AgentSpec"),
+    "sub_client": ("InProcessSubAgentClient", "SubAgentClient", "SubAgentResult",
+                   "SubTaskRequest", "truncated_result"),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = sorted(_MODULE_OF)
+
+
+def __getattr__(name: str):
+  if name not in _MODULE_OF:
+    raise AttributeError(f"module 'mgrpo_jax.agents' has no attribute {name!r}")
+  return getattr(importlib.import_module(f"mgrpo_jax.agents.{_MODULE_OF[name]}"), name)
+
+
