@@ -41,7 +41,7 @@ def test_sigkill_mid_put_never_leaves_partial_record(tmp_path) -> None:
   start = time.perf_counter()
   store.put("calibration", records[0])
   put_seconds = time.perf_counter() - start
-  context = multiprocessing.get_context("fork")
+  context = multiprocessing.get_context("spawn")  # never fork a process running JAX
   rng = random.Random(0)
   reps_with_temp_files = 0
   for rep in range(REPETITIONS):
