@@ -1,0 +1,140 @@
+"""Orbax checkpoints of one agent: the train state plus JSON metadata, local or `gs://`.
+
+Each agent has its own checkpoint directory (e.g. `<workdir>/checkpoints/main`) managed
+by one `orbax.checkpoint.CheckpointManager`. Checkpoint `t` (t = `state.step`, the
+optimizer steps taken) holds two items:
+  state     the whole `TrainState` (params, optimizer state, step, PRNG key data,
+            reference params if any), saved as sharded arrays;
+  metadata  a JSON object chosen by the caller (data iterator state, policy version,
+            the store step it belongs to, ...).
+Saves are asynchronous by default (the device-to-host copy happens before `save`
+returns, so the state may be donated to the next update right away); the newest `keep`
+checkpoints are kept. Restores read the arrays straight into the shardings of the
+current `StateLayout`, so a run may resume on a different mesh shape.
+
+For `gs://` directories tensorstore needs credentials, or, against an emulator, the
+variables of `mgrpo_jax.store.emulator.emulator_env`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+import orbax.checkpoint as ocp
+
+from mgrpo_jax.training.train_state import StateLayout, TrainState
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CheckpointConfig:
+  """Checkpoint policy (keys `checkpoint.*`).
+
+  Attributes:
+    every: save when the state's step is a multiple of this.
+    keep: number of newest checkpoints kept.
+    async_save: write in a background thread.
+  """
+
+  every: int = 1
+  keep: int = 3
+  async_save: bool = True
+
+  def __post_init__(self):
+    if self.every < 1:
+      raise ValueError(f"checkpoint.every must be >= 1, got {self.every}")
+    if self.keep < 1:
+      raise ValueError(f"checkpoint.keep must be >= 1, got {self.keep}")
+
+  @classmethod
+  def from_config(cls, checkpoint: Any) -> CheckpointConfig:
+    """Builds it from the `checkpoint` ConfigDict section."""
+    return cls(every=int(checkpoint["every"]), keep=int(checkpoint["keep"]),
+               async_save=bool(checkpoint["async_save"]))
+
+
+def _resolve(directory: str | os.PathLike[str]) -> str:
+  text = os.fspath(directory)
+  return text if "://" in text else os.path.abspath(text)
+
+
+class AgentCheckpointer:
+  """Saves and restores one agent's `TrainState` and metadata.
+
+  Example:
+    checkpointer = AgentCheckpointer(workdir + "/checkpoints/main", layout)
+    restored = checkpointer.restore()          # None on a fresh start
+    if restored is not None:
+      state, metadata = restored
+    ...
+    checkpointer.save(state, metadata={"data_iterator": ..., "policy_version": 3})
+    checkpointer.close()                       # waits for pending saves
+  """
+
+  def __init__(self, directory: str | os.PathLike[str], layout: StateLayout,
+               config: CheckpointConfig = CheckpointConfig()):
+    self.directory = _resolve(directory)
+    self._layout = layout
+    self._every = config.every
+    options = ocp.CheckpointManagerOptions(
+        max_to_keep=config.keep, enable_async_checkpointing=config.async_save, create=True)
+    self._manager = ocp.CheckpointManager(self.directory, options=options)
+
+  def save(self, state: TrainState, *, metadata: dict[str, Any] | None = None,
+           force: bool = False) -> bool:
+    """Saves `state` as checkpoint `state.step` when that step is a multiple of `every`.
+
+    Args:
+      state: the agent's state (may be donated to an update right after the call).
+      metadata: JSON-serializable dict stored next to it.
+      force: save whatever the step (e.g. at the end of a run).
+
+    Returns:
+      Whether a save was started; False when it is not due or when checkpoint
+      `state.step` already exists (a resumed run re-saving the step it restored).
+    """
+    step = int(state.step)
+    if not (force or step % self._every == 0) or step in self._manager.all_steps():
+      return False
+    args = ocp.args.Composite(state=ocp.args.StandardSave(state),
+                              metadata=ocp.args.JsonSave(dict(metadata or {})))
+    return self._manager.save(step, args=args, force=force)
+
+  def restore(self, step: int | None = None) -> tuple[TrainState, dict[str, Any]] | None:
+    """(state, metadata) of checkpoint `step` (default: the latest), or None if none.
+
+    The arrays are placed with the shardings of the layout given at construction.
+    """
+    self._manager.wait_until_finished()
+    step = self._manager.latest_step() if step is None else step
+    if step is None:
+      return None
+    if step not in self._manager.all_steps():
+      raise FileNotFoundError(f"no checkpoint for step {step} in {self.directory}; "
+                              f"available: {self.all_steps()}")
+    args = ocp.args.Composite(state=ocp.args.StandardRestore(self._layout.abstract),
+                              metadata=ocp.args.JsonRestore())
+    restored = self._manager.restore(step, args=args)
+    return restored.state, dict(restored.metadata)
+
+  def latest_step(self) -> int | None:
+    return self._manager.latest_step()
+
+  def all_steps(self) -> list[int]:
+    return sorted(self._manager.all_steps())
+
+  def wait_until_finished(self) -> None:
+    """Blocks until pending asynchronous saves are written."""
+    self._manager.wait_until_finished()
+
+  def close(self) -> None:
+    """Waits for pending saves and releases the manager."""
+    self._manager.wait_until_finished()
+    self._manager.close()
+
+  def __enter__(self) -> AgentCheckpointer:
+    return self
+
+  def __exit__(self, *exc: object) -> None:
+    self.close()

@@ -1,0 +1,135 @@
+"""Packing trajectories into fixed [N, T] batches: no token lost or moved, padding inert."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mgrpo_jax.core.alignment import align_indices
+from mgrpo_jax.training import TokenSequence, aligned_batch, pack_sequences
+
+BUCKETS = (4, 8, 16, 32)
+
+
+@st.composite
+def sequences(draw, max_count: int = 6) -> list[TokenSequence]:
+  out = []
+  for _ in range(draw(st.integers(0, max_count))):
+    length = draw(st.integers(1, 32))
+    ids = draw(st.lists(st.integers(1, 999), min_size=length, max_size=length))
+    mask = [0] + draw(st.lists(st.sampled_from([0.0, 1.0]), min_size=length - 1,
+                               max_size=length - 1))
+    logp = draw(st.lists(st.floats(-20.0, 0.0), min_size=length, max_size=length))
+    out.append(TokenSequence(ids=np.array(ids), loss_mask=np.array(mask, np.float32),
+                             logp=np.array(logp, np.float32)))
+  return out
+
+
+def _check_row(batch, row: int, sequence: TokenSequence, pad_id: int) -> None:
+  n = len(sequence)
+  assert np.array_equal(batch.ids[row, :n], sequence.ids)
+  assert np.array_equal(batch.loss_mask[row, :n], sequence.loss_mask)
+  on = sequence.loss_mask != 0
+  np.testing.assert_array_equal(batch.old_logp[row, :n][on], sequence.logp[on])
+  assert np.all(batch.old_logp[row, :n][~on] == 0)
+  # Padding: pad id, no loss, no log-prob.
+  assert np.all(batch.ids[row, n:] == pad_id)
+  assert np.all(batch.loss_mask[row, n:] == 0) and np.all(batch.old_logp[row, n:] == 0)
+
+
+@given(sequences(), st.integers(0, 3), st.integers(0, 5))
+def test_pack_keeps_every_token_in_place(trajectories, extra_rows, pad_id):
+  count = len(trajectories)
+  advantages = np.arange(count, dtype=np.float32) - 1.5
+  batch = pack_sequences(trajectories, advantages, num_rows=count + extra_rows,
+                         buckets=BUCKETS, pad_id=pad_id)
+  longest = max((len(s) for s in trajectories), default=1)
+  seq_len = min(b for b in BUCKETS if b >= longest)
+  assert batch.shape == (count + extra_rows, seq_len)
+  assert batch.ids.dtype == np.int32 and batch.loss_mask.dtype == np.float32
+  for row, sequence in enumerate(trajectories):
+    _check_row(batch, row, sequence, pad_id)
+  assert np.array_equal(batch.advantages[:count], advantages)
+  assert np.array_equal(batch.weights, [1.0] * count + [0.0] * extra_rows)
+  for row in range(count, count + extra_rows):  # padding rows are inert
+    assert batch.advantages[row] == 0 and not batch.loss_mask[row].any()
+  assert batch.loss_mask.sum() == sum(s.loss_mask.sum() for s in trajectories)
+
+
+@given(st.data())
+def test_aligned_batch_gathers_each_slot(data):
+  num_q, num_k, num_d = (data.draw(st.integers(1, 3)) for _ in range(3))
+  counts = np.array(data.draw(st.lists(st.integers(0, 4), min_size=num_q * num_k,
+                                       max_size=num_q * num_k))).reshape(num_q, num_k)
+  store = {}
+  for q in range(num_q):
+    for k in range(num_k):
+      for call in range(counts[q, k]):
+        length = data.draw(st.integers(1, 12))
+        ids = np.full(length, 1000 * q + 100 * k + call + 1)
+        mask = np.r_[0.0, np.ones(length - 1)].astype(np.float32)
+        store[(q, k, call)] = TokenSequence(ids=ids, loss_mask=mask,
+                                            logp=np.full(length, -0.5, np.float32))
+  # Any alignment output: slot j of rollout (q, k) holds a call < counts[q, k] or is invalid.
+  rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+  valid = (counts[..., None] > 0) & (rng.random((num_q, num_k, num_d)) < 0.8)
+  index = np.where(valid, rng.integers(0, np.maximum(counts, 1)[..., None],
+                                       (num_q, num_k, num_d)), 0).astype(np.int32)
+  advantages = rng.standard_normal((num_q, num_k, num_d))
+  batch = aligned_batch(store, index, valid, advantages, buckets=BUCKETS)
+  assert batch.shape[0] == num_q * num_k * num_d
+  for q in range(num_q):
+    for k in range(num_k):
+      for j in range(num_d):
+        row = (q * num_k + k) * num_d + j
+        if valid[q, k, j]:
+          _check_row(batch, row, store[(q, k, int(index[q, k, j]))], 0)
+          assert batch.weights[row] == 1.0
+          assert batch.advantages[row] == np.float32(advantages[q, k, j])
+        else:
+          assert batch.weights[row] == 0 and batch.advantages[row] == 0
+          assert not batch.loss_mask[row].any() and not batch.ids[row].any()
+
+
+def test_aligned_batch_from_align_indices_keeps_each_rollouts_calls():
+  counts = np.array([[3, 0, 1], [5, 2, 2]])
+  index, valid = (np.asarray(x) for x in align_indices(counts, 4, jax.random.key(7)))
+  store = {(q, k, c): TokenSequence(ids=np.array([9, 10 * q + k, c]), loss_mask=np.array(
+      [0, 0, 1]), logp=np.array([0.0, 0.0, -1.0])) for q in range(2) for k in range(3)
+           for c in range(counts[q, k])}
+  batch = aligned_batch(store, index, valid, np.ones((2, 3, 4)), buckets=(4,))
+  rows = batch.ids.reshape(2, 3, 4, 4)
+  assert batch.weights.reshape(2, 3, 4)[0, 1].tolist() == [0, 0, 0, 0]  # no calls
+  for q, k in ((0, 0), (0, 2), (1, 0), (1, 1), (1, 2)):
+    assert np.all(rows[q, k, :, 1] == 10 * q + k)         # only its own rollout's calls
+    used = set(rows[q, k, :, 2].tolist())
+    assert used == set(range(min(counts[q, k], 4))) or counts[q, k] > 4
+  assert len(set(rows[1, 0, :, 2].tolist())) == 4           # 5 calls -> 4 distinct kept
+
+
+def test_aligned_batch_counts_duplicates_and_names_missing_calls():
+  store = {(0, 0, 0): TokenSequence(ids=np.array([5, 6]), loss_mask=np.array([0, 1]),
+                                    logp=np.array([0.0, -1.0]))}
+  index = np.zeros((1, 2, 3), np.int32)
+  valid = np.array([[[True, True, True], [False, False, False]]])
+  batch = aligned_batch(store, index, valid, np.ones((1, 2, 3)), buckets=(4,))
+  assert batch.ids[:3, :2].tolist() == [[5, 6]] * 3  # a duplicated call is three rows
+  assert batch.weights.tolist() == [1, 1, 1, 0, 0, 0]
+  valid[0, 1, 0] = True
+  with pytest.raises(KeyError, match=r"\(0, 1, 0\)"):
+    aligned_batch(store, index, valid, np.ones((1, 2, 3)), buckets=(4,))
+
+
+def test_bad_trajectories_are_rejected():
+  with pytest.raises(ValueError, match="loss_mask\\[0\\] must be 0"):
+    TokenSequence(ids=np.array([1, 2]), loss_mask=np.array([1, 1]), logp=np.zeros(2))
+  with pytest.raises(ValueError, match="logp has shape"):
+    TokenSequence(ids=np.array([1, 2]), loss_mask=np.array([0, 1]), logp=np.zeros(3))
+  long = TokenSequence(ids=np.arange(40), loss_mask=np.zeros(40), logp=np.zeros(40))
+  with pytest.raises(ValueError, match="trajectory length 40 exceeds the largest bucket"):
+    pack_sequences([long], [0.0], buckets=BUCKETS)
+  with pytest.raises(ValueError, match="num_rows=0"):
+    pack_sequences([long], [0.0], num_rows=0, buckets=(64,))

@@ -1,0 +1,149 @@
+"""The jitted update: exact micro-batching, learning on a fixed batch, one compile per shape."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from mgrpo_jax.core.losses import policy_loss
+from mgrpo_jax.models import get_config, init_model, token_logprobs
+from mgrpo_jax.training import (
+    MeshConfig,
+    OptimizerConfig,
+    TrainBatch,
+    UpdateConfig,
+    batch_shardings,
+    create_mesh,
+    create_train_state,
+    learning_rate_schedule,
+    make_optimizer,
+    make_update_fn,
+)
+from mgrpo_jax.utils.compile_counter import CompileCounter
+
+N, T = 8, 16
+logprobs = nnx.jit(token_logprobs)  # the eager model is slow to dispatch op by op
+# eps = 1e-4: see test_training_sharding.py (Adam's first step amplifies float noise).
+OPTIM = OptimizerConfig(learning_rate=1e-3, eps=1e-4, warmup_steps=2)
+
+
+def _batch(seed: int = 0, seq_len: int = T) -> TrainBatch:
+  rng = np.random.default_rng(seed)
+  mask = (rng.random((N, seq_len)) < 0.6).astype(np.float32)
+  mask[:, 0] = 0.0
+  mask[2] = 0.0  # an empty row with weight 1
+  return TrainBatch(
+      ids=rng.integers(0, 256, (N, seq_len)).astype(np.int32), loss_mask=mask,
+      old_logp=(-5.5 + 0.3 * rng.standard_normal((N, seq_len))).astype(np.float32),
+      advantages=rng.standard_normal(N).astype(np.float32),
+      weights=np.array([1, 0, 1, 2, 1, 1, 0, 1], np.float32))
+
+
+@pytest.fixture(scope="module")
+def setup():
+  """A (2, 2, 2)-mesh state and its host copy, to start each test from the same state."""
+  mesh = create_mesh(MeshConfig(data=2, fsdp=2, tensor=2))
+  state, layout = create_train_state(init_model(get_config("tiny"), seed=2),
+                                     make_optimizer(OPTIM), mesh, seed=0)
+  host = jax.tree.map(np.asarray, state)
+  full = make_update_fn(layout, UpdateConfig(), N, learning_rate=learning_rate_schedule(OPTIM))
+  return layout, host, full
+
+
+def _fresh(layout, host):
+  return jax.device_put(host, layout.shardings)
+
+
+def test_micro_batched_update_equals_full_batch(setup):
+  layout, host, full = setup
+  micro = make_update_fn(layout, UpdateConfig(micro_batch_size=2), N,
+                         learning_rate=learning_rate_schedule(OPTIM))
+  state_full, state_micro = _fresh(layout, host), _fresh(layout, host)
+  for seed in (0, 1):  # two steps: the second uses non-zero Adam moments
+    state_full, metrics_full = full(state_full, _batch(seed))
+    state_micro, metrics_micro = micro(state_micro, _batch(seed))
+    for name, value in metrics_full.items():
+      np.testing.assert_allclose(metrics_micro[name], value, rtol=2e-6, atol=1e-7,
+                                 err_msg=name)
+  for got, want in zip(jax.tree.leaves(state_micro), jax.tree.leaves(state_full), strict=True):
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-6, rtol=0)
+  moved = np.abs(np.asarray(state_full.params["embedding"][...]) - host.params["embedding"][...])
+  assert moved.max() > 1e-4
+
+
+def test_metrics_match_an_independent_computation(setup):
+  layout, host, full = setup
+  batch = _batch(3)
+  model = layout.model(_fresh(layout, host))
+  logp = np.asarray(logprobs(model, batch.ids))
+  _, want = policy_loss(logp, batch.old_logp, batch.advantages, batch.loss_mask,
+                        weights=batch.weights)
+  state, metrics = full(_fresh(layout, host), batch)
+  on = batch.loss_mask > 0
+  diff = np.abs(logp - batch.old_logp)[on]
+  np.testing.assert_allclose(metrics["logp_diff_mean"], diff.mean(), rtol=1e-5)
+  np.testing.assert_allclose(metrics["logp_diff_max"], diff.max(), rtol=1e-5)
+  for name in ("pg_loss", "ratio_mean", "ratio_max", "ratio_min", "clip_frac_low",
+               "clip_frac_high", "approx_kl", "num_tokens"):
+    np.testing.assert_allclose(metrics[name], want[name], rtol=1e-5, err_msg=name)
+  np.testing.assert_allclose(metrics["loss"], want["pg_loss"], rtol=1e-5)
+  # Warm-up: step 0 runs at lr / 2, and the step counter advances.
+  np.testing.assert_allclose(metrics["learning_rate"], OPTIM.learning_rate / 2, rtol=1e-6)
+  assert int(state.step) == 1
+
+
+def test_loss_decreases_and_favoured_tokens_gain_probability(setup):
+  layout, host, full = setup
+  state = _fresh(layout, host)
+  batch = _batch(4)
+  on = batch.loss_mask > 0
+  # On-policy: old log-probs are the current model's; positive advantages everywhere.
+  old = np.asarray(logprobs(layout.model(state), batch.ids))
+  batch = batch.replace(old_logp=old, advantages=np.full(N, 1.0, np.float32),
+                        weights=np.ones(N, np.float32))
+  before = old[on].mean()
+  losses = []
+  for _ in range(4):
+    state, metrics = full(state, batch)
+    losses.append(float(metrics["loss"]))
+  after = np.asarray(logprobs(layout.model(state), batch.ids))[on].mean()
+  # A = 1: loss = -mean_t min(rho_t, 1 + clip_high); it starts at -1 (rho = 1) and falls
+  # until every ratio is clipped at 1.28, where it stays (no gradient any more).
+  assert losses[0] == pytest.approx(-1.0, abs=1e-6)
+  assert losses[1] < losses[0] - 0.1
+  assert all(b <= a + 1e-6 for a, b in zip(losses, losses[1:], strict=False)), losses
+  assert losses[-1] == pytest.approx(-1.28, abs=1e-5)
+  assert float(metrics["clip_frac_high"]) == 1.0
+  assert after > before + np.log(1.28) * 0.9, (before, after)
+
+
+def test_one_compile_per_batch_shape(setup):
+  layout, host, full = setup
+  rows = batch_shardings(layout, N)
+  batches = [jax.device_put(_batch(seed, seq_len), rows)
+             for seed, seq_len in ((0, 32), (1, 32), (2, 32))]
+  state = _fresh(layout, host)
+  jax.block_until_ready((state, batches))
+  with CompileCounter() as counter:
+    for batch in batches:
+      state, metrics = full(state, batch)
+    jax.block_until_ready(state)
+  assert counter.count == 1  # T = 32 is new for this function; then no recompiles
+  assert np.isfinite(float(metrics["loss"]))
+
+
+def test_bad_batches_and_options_are_rejected(setup):
+  layout, host, full = setup
+  wrong = _batch()
+  wrong = jax.tree.map(lambda x: x[:4], wrong)
+  with pytest.raises(ValueError, match=r"batch.ids must be \[N=8, T\]"):
+    full(_fresh(layout, host), wrong)
+  with pytest.raises(ValueError, match="must divide the batch rows"):
+    make_update_fn(layout, UpdateConfig(micro_batch_size=3), N)
+  with pytest.raises(ValueError, match="reference policy"):
+    make_update_fn(layout, UpdateConfig.from_config(
+        {"loss": {"clip_low": 0.2, "clip_high": 0.28, "ratio": "token",
+                  "aggregation": "token_mean", "kl_coef": 0.1, "kl_estimator": "k3"},
+         "optim": {"micro_batch_size": 0}, "limits": {"max_context": 64}}), N)
