@@ -82,13 +82,14 @@ class OptimizerConfig:
     """Builds it from an `optim` ConfigDict section (`config.main.optim`).
 
     Args:
-      optim: mapping with learning_rate, weight_decay, b1, b2, grad_clip, warmup_steps,
+      optim: mapping with learning_rate, weight_decay, b1, b2, eps, grad_clip, warmup_steps,
         schedule (`micro_batch_size` belongs to `UpdateConfig`).
       total_steps: the run's optimizer steps (`experiment.num_steps`), for "cosine".
     """
     return cls(learning_rate=float(optim["learning_rate"]),
                weight_decay=float(optim["weight_decay"]), b1=float(optim["b1"]),
-               b2=float(optim["b2"]), grad_clip=float(optim["grad_clip"]),
+               b2=float(optim["b2"]), eps=float(optim["eps"]),
+               grad_clip=float(optim["grad_clip"]),
                warmup_steps=int(optim["warmup_steps"]), schedule=str(optim["schedule"]),
                total_steps=total_steps)
 

@@ -112,7 +112,7 @@ class LossConfig:
     return cls(clip_low=float(loss["clip_low"]), clip_high=float(loss["clip_high"]),
                ratio=str(loss["ratio"]), aggregation=str(loss["aggregation"]),
                kl_coef=float(loss["kl_coef"]), kl_estimator=str(loss["kl_estimator"]),
-               max_len=max_len)
+               clip_ratio_c=float(loss["clip_ratio_c"]) or None, max_len=max_len)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -147,15 +147,16 @@ class UpdateConfig:
     return self.loss.kl_coef > 0
 
   @classmethod
-  def from_config(cls, agent: Any, *, old_logp: str = "sampler") -> UpdateConfig:
+  def from_config(cls, agent: Any) -> UpdateConfig:
     """Builds it from an agent's ConfigDict section (`config.main` or `config.sub`).
 
-    Reads `loss.*`, `optim.micro_batch_size`, and `limits.max_context` as the constant
-    length of "seq_mean_token_sum_norm".
+    Reads `loss.*` (with `loss.old_logp`), `optim.micro_batch_size`, and
+    `limits.max_context` as the constant length of "seq_mean_token_sum_norm".
     """
     return cls(loss=LossConfig.from_config(agent["loss"],
                                            max_len=int(agent["limits"]["max_context"])),
-               micro_batch_size=int(agent["optim"]["micro_batch_size"]), old_logp=old_logp)
+               micro_batch_size=int(agent["optim"]["micro_batch_size"]),
+               old_logp=str(agent["loss"]["old_logp"]))
 
 
 def _micro_batches(batch: TrainBatch, micro_batch_size: int, layout: StateLayout
