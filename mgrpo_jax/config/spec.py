@@ -121,6 +121,9 @@ SPEC: dict[str, Any] = {
         "test_seed": Field(1, "Seed of the held-out test world (unseen entities).", low=0),
         "stage": Field("stage2", "Question mixture: stage1 (1-2 hops) or stage2 (2-4 hops).",
                        choices=("stage1", "stage2")),
+        "tokenizer_vocab_size": Field(1024, "Ids of the SentencePiece tokenizer trained on the "
+                                      "world's corpus (models without their own tokenizer).",
+                                      low=300),
     },
     "mgrpo": {
         "queries_per_step": Field(2, "B: queries per RL step.", low=1),
@@ -161,6 +164,8 @@ SPEC: dict[str, Any] = {
     "store": {
         "uri": Field("", "Statistics store: a folder or gs://bucket/prefix "
                      "(empty: <workdir>/store)."),
+        "wait_timeout_s": Field(3600.0, "Seconds a slice waits for the other slice's record "
+                                "of a step (outcomes, ack) before failing.", low=0.1),
     },
     "checkpoint": {
         "every": Field(1, "Checkpoint every this many steps.", low=1),

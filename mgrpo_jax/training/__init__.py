@@ -13,6 +13,10 @@ Each agent (main M, sub-agent S) owns a mesh, an optimizer, a `TrainState` and a
   batch = pack_sequences(trajectories, advantages, buckets=...)   # or aligned_batch(...)
   state, metrics = update(state, batch)
   AgentCheckpointer(directory, layout, CheckpointConfig.from_config(config.checkpoint))
+
+The RL trainers compose these per slice: `run_slice("main" | "sub" | "all", config,
+workdir)` (`run.py`; the main slice in `main_trainer.py`, the sub slice and its
+sub-agent service in `sub_trainer.py`, the step's math in `step_math.py`).
 """
 
 from mgrpo_jax.training.batching import (
@@ -29,6 +33,7 @@ from mgrpo_jax.training.optimizer import (
     learning_rate_schedule,
     make_optimizer,
 )
+from mgrpo_jax.training.run import run_slice
 from mgrpo_jax.training.train_state import (
     StateLayout,
     TrainState,
@@ -47,5 +52,5 @@ __all__ = [
     "MeshConfig", "OptimizerConfig", "StateLayout", "TokenSequence", "TrainBatch",
     "TrainState", "UpdateConfig", "aligned_batch", "batch_shardings", "create_mesh",
     "create_train_state", "learning_rate_schedule", "make_optimizer", "make_update_fn",
-    "pack_sequences", "replicated", "split_rng",
+    "pack_sequences", "replicated", "run_slice", "split_rng",
 ]

@@ -1,0 +1,188 @@
+"""Builds one agent from its config section: tokenizer, model, sampler policy, train state.
+
+Tokenizer: `model.tokenizer` when set (a SentencePiece model or GGUF file); the
+pretrained model's own for `smollm2_135m` or a model path; otherwise ONE SentencePiece
+tokenizer trained on the world's corpus (train-world pages, train questions, the agents'
+system prompts), cached in `<root>/data/tokenizer` and file-locked so both slices use
+the same file (`world.tokenizer_vocab_size` ids).
+
+Model: `load_pretrained` for `smollm2_135m` or a path; otherwise the preset's shape with
+the tokenizer's vocabulary and a seeded init (`derive_seed(seed, "init", role)`). A
+non-empty `model.init_checkpoint` replaces the initial parameters by the ones of that
+orbax checkpoint (`restore_init_params`).
+
+Every seed of the run comes from `derive_seed(experiment.seed, *names)`, a hash, never
+from wall time or arrival order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import pathlib
+from typing import Any
+
+import gin
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from mgrpo_jax.agents import protocol, specs
+from mgrpo_jax.agents.config import AgentLimits, RolloutConfig
+from mgrpo_jax.agents.policy import SamplerPolicy
+from mgrpo_jax.models import get_config, init_model, load_pretrained
+from mgrpo_jax.sampling import Sampler, SamplerConfig, SamplingParams
+from mgrpo_jax.tasks import datasets as datasets_lib
+from mgrpo_jax.tasks.pages import render_pages
+from mgrpo_jax.text import SentencePieceTokenizer
+from mgrpo_jax.training.checkpoint import AgentCheckpointer
+from mgrpo_jax.training.files import file_lock
+from mgrpo_jax.training.mesh import MeshConfig, create_mesh
+from mgrpo_jax.training.optimizer import OptimizerConfig, make_optimizer
+from mgrpo_jax.training.train_state import StateLayout, TrainState, create_train_state
+from mgrpo_jax.training.update import UpdateConfig
+
+PRETRAINED = ("smollm2_135m",)
+
+
+def derive_seed(seed: int, *names: Any) -> int:
+  """A 31-bit seed determined by the run seed and the names (e.g. "init", "main")."""
+  text = "/".join([str(int(seed))] + [str(n) for n in names]).encode()
+  return int.from_bytes(hashlib.sha256(text).digest()[:4], "big") & 0x7FFFFFFF
+
+
+def step_key(seed: int, purpose: str, step: int) -> jax.Array:
+  """The PRNG key of one purpose ("rollout", "align", ...) at one step."""
+  return jax.random.fold_in(jax.random.key(derive_seed(seed, purpose)), step)
+
+
+def _is_pretrained(preset: str) -> bool:
+  return preset in PRETRAINED or pathlib.Path(preset).exists()
+
+
+def world_tokenizer(root: str | pathlib.Path, config) -> SentencePieceTokenizer:
+  """The SentencePiece tokenizer trained once on the world's corpus (module docstring)."""
+  folder = pathlib.Path(root) / "data" / "tokenizer"
+  with file_lock(folder.parent / ".tokenizer.lock"):
+    if (folder / "tokenizer.model").exists():
+      return SentencePieceTokenizer.load(folder)
+    world = config.world
+    train_world, _ = datasets_lib.make_split_worlds(world.size, int(world.seed),
+                                                    int(world.test_seed))
+    spec = datasets_lib.WorldSpec(world.size, int(world.seed), int(world.test_seed))
+    corpus = [p.text for p in render_pages(train_world)]
+    corpus += [q.text for _, q in datasets_lib.split_questions(spec, "train")]
+    corpus += [s.system_prompt() for s in (specs.MAIN, specs.SUB, specs.SINGLE)]
+    tokenizer = SentencePieceTokenizer.train(corpus, folder / "tmp",
+                                             int(world.tokenizer_vocab_size))
+    (folder / "tmp" / "tokenizer.model").replace(folder / "tokenizer.model")
+    return tokenizer
+
+
+def load_tokenizer(path: str):
+  """A tokenizer file: SentencePiece `.model` (or folder) or a GGUF file."""
+  if path.endswith(".gguf"):
+    from mgrpo_jax.models.weights.gguf import open_gguf
+    from mgrpo_jax.text.gguf_bpe import GGUFTokenizer
+    return GGUFTokenizer.from_reader(open_gguf(path), source=path)
+  return SentencePieceTokenizer.load(path)
+
+
+def build_model(agent, role: str, root: str | pathlib.Path, config):
+  """(model, tokenizer) of one agent section (`config.main` / `config.sub`)."""
+  model_cfg = agent.model
+  preset = str(model_cfg.preset)
+  dtype = jnp.bfloat16 if model_cfg.dtype == "bfloat16" else jnp.float32
+  overrides = {"dtype": dtype, "scan_layers": bool(model_cfg.scan_layers)}
+  if _is_pretrained(preset):
+    model, tokenizer = load_pretrained(preset, **overrides)
+    if model_cfg.tokenizer:
+      tokenizer = load_tokenizer(str(model_cfg.tokenizer))
+    return model, tokenizer
+  tokenizer = (load_tokenizer(str(model_cfg.tokenizer)) if model_cfg.tokenizer
+               else world_tokenizer(root, config))
+  max_seq_len = 2 * int(agent.limits.max_context)
+  model_config = get_config(preset, vocab_size=tokenizer.vocab_size, max_seq_len=max_seq_len,
+                            **overrides)
+  return init_model(model_config, derive_seed(config.experiment.seed, "init", role)), tokenizer
+
+
+def agent_limits(agent) -> AgentLimits:
+  return AgentLimits(max_turns=int(agent.limits.max_turns),
+                     context_tokens=int(agent.limits.max_context),
+                     max_new_tokens=int(agent.sampling.max_new_tokens))
+
+
+def rollout_config(config) -> RolloutConfig:
+  """Limits of M (or the single agent) and of each S call, and d_max of delegations."""
+  return RolloutConfig(main=agent_limits(config.main), sub=agent_limits(config.sub),
+                       max_sub_calls=int(config.mgrpo.max_sub_calls))
+
+
+def sampler_policy(model, tokenizer, agent, *, version: int = 0) -> SamplerPolicy:
+  """The agent's `SamplerPolicy` (`sampling.*`; stops after an action or at EOS)."""
+  params = SamplingParams(max_new_tokens=int(agent.sampling.max_new_tokens),
+                          temperature=float(agent.sampling.temperature),
+                          top_k=int(agent.sampling.top_k), top_p=float(agent.sampling.top_p),
+                          stop_strings=protocol.STOP_STRINGS)
+  max_new = int(agent.sampling.max_new_tokens)
+  sampler_config = SamplerConfig(generation_buckets=(max_new,))
+  return SamplerPolicy(Sampler(model, tokenizer, config=sampler_config), params,
+                       version=version)
+
+
+@gin.configurable(module="mgrpo_jax.training")
+def rollout_policy(policy: SamplerPolicy, tokenizer, role: str, wrapper=None):
+  """The policy rollouts sample with: `policy`, or `wrapper(policy, tokenizer, role)`.
+
+  Gin can bind `wrapper` (e.g. a test mixing model-sampled thinking with scripted
+  actions, so a random model still delegates); the trainer keeps updating `policy`'s
+  weights either way, and the wrapper must report `policy.version` as its `version`.
+  """
+  return policy if wrapper is None else wrapper(policy, tokenizer, role)
+
+
+@dataclasses.dataclass
+class AgentTrainer:
+  """One agent's mesh-placed train state and its static layout."""
+
+  state: TrainState
+  layout: StateLayout
+  update_config: UpdateConfig
+  optim: OptimizerConfig
+
+
+def create_agent_state(model, agent, role: str, config) -> AgentTrainer:
+  """The train state of `model` on the agent's mesh (`mesh.*`, `optim.*`, `loss.*`)."""
+  mesh = create_mesh(MeshConfig.from_config(agent.mesh))
+  optim = OptimizerConfig.from_config(agent.optim,
+                                      total_steps=int(config.experiment.num_steps))
+  update_config = UpdateConfig.from_config(agent)
+  state, layout = create_train_state(
+      model, make_optimizer(optim), mesh, seed=derive_seed(config.experiment.seed, "state", role),
+      with_reference=update_config.with_reference)
+  return AgentTrainer(state, layout, update_config, optim)
+
+
+def restore_init_params(trainer: AgentTrainer, directory: str) -> None:
+  """Replaces the initial params by those of the latest checkpoint in `directory`."""
+  restored = AgentCheckpointer(directory, trainer.layout).restore()
+  if restored is None:
+    raise FileNotFoundError(f"model.init_checkpoint {directory!r} holds no checkpoint")
+  params = restored[0].params
+  ref = trainer.state.ref_params
+  trainer.state = trainer.state.replace(
+      params=params, ref_params=None if ref is None else jax.tree.map(jnp.copy, params))
+
+
+def params_copy(state: TrainState):
+  """A copy of the params that survives the next (donating) update: what a sampler reads."""
+  return jax.tree.map(jnp.copy, state.params)
+
+
+def tree_equal(a, b) -> bool:
+  """Whether two parameter trees are bitwise equal."""
+  leaves_a, leaves_b = jax.tree.leaves(a), jax.tree.leaves(b)
+  return len(leaves_a) == len(leaves_b) and all(
+      np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(leaves_a, leaves_b,
+                                                                    strict=True))

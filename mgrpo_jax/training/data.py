@@ -1,0 +1,103 @@
+"""The run's data: the world built once per run folder, the query stream, question lookup.
+
+`ensure_world(root, config)` builds the TFDS ArrayRecord datasets and the search indexes
+(`tasks.build.build`) into `<root>/data/world` once; both slices call it, a file lock
+makes one of them build while the other waits, and a finished build is marked by its
+`manifest.json` (written last).
+
+`QueryStream` reads B questions per step from the train split of
+`deep_research_tasks` (`builder.as_data_source()`), restricted to the configured stage
+mixture, through `grain.MapDataset.source(...).shuffle(seed).repeat()`; its iterator
+state (`get_state` / `set_state`) goes into M's checkpoint, so a restarted main slice
+reads exactly the queries it would have read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+from typing import Any
+
+import grain
+
+from mgrpo_jax.tasks import build as build_lib
+from mgrpo_jax.tasks import tfds_builder
+from mgrpo_jax.tasks.questions import Question
+from mgrpo_jax.tasks.world import Fact
+from mgrpo_jax.training.files import file_lock
+
+STAGES = {"stage1": 1, "stage2": 2}
+
+
+def world_dir(root: str | os.PathLike[str]) -> pathlib.Path:
+  return pathlib.Path(root) / "data" / "world"
+
+
+def _world_config(world) -> tfds_builder.WorldConfig:
+  return tfds_builder.world_config(world["size"], int(world["seed"]), int(world["test_seed"]))
+
+
+def ensure_world(root: str | os.PathLike[str], world) -> pathlib.Path:
+  """Builds the `world` config section's data under `<root>/data/world` once; its path."""
+  out = world_dir(root)
+  with file_lock(out.parent / ".world.lock"):
+    if not (out / "manifest.json").exists():
+      shutil.rmtree(out, ignore_errors=True)  # an interrupted build
+      build_lib.build(world["size"], int(world["seed"]), out,
+                      test_seed=int(world["test_seed"]))
+  return out
+
+
+def _decode(example: dict[str, Any]) -> Question:
+  text = tfds_builder.decode_text
+  return Question(id=text(example["id"]), text=text(example["question"]),
+                  answer=text(example["answer"]),
+                  path=tuple(Fact(*f) for f in json.loads(text(example["path_json"]))),
+                  type=text(example["type"]), hops=int(example["hops"]),
+                  meta=json.loads(text(example["meta_json"])))
+
+
+def task_source(world_path: str | os.PathLike[str], world, split: str = "train"):
+  """The random-access data source of one split of the built tasks dataset."""
+  import tensorflow_datasets as tfds
+
+  tfds.disable_progress_bar()
+  builder = tfds_builder.make_builder(tfds_builder.DeepResearchTasks, _world_config(world),
+                                      str(pathlib.Path(world_path) / "tfds"))
+  return builder.as_data_source()[split]
+
+
+def load_questions(world_path: str | os.PathLike[str], world, stage: str
+                   ) -> list[Question]:
+  """The train questions of `stage` ("stage1" / "stage2"), in dataset order."""
+  source = task_source(world_path, world)
+  wanted = STAGES[stage]
+  return [_decode(source[i]) for i in range(len(source)) if int(source[i]["stage"]) == wanted]
+
+
+class QueryStream:
+  """B shuffled training questions per step, with a checkpointable iterator."""
+
+  def __init__(self, questions: list[Question], *, seed: int, batch_size: int):
+    if len(questions) < batch_size:
+      raise ValueError(f"{len(questions)} training questions, fewer than B={batch_size}")
+    self.batch_size = batch_size
+    dataset = grain.MapDataset.source(questions).shuffle(seed=seed).repeat()
+    self._iterator = iter(dataset)
+
+  def next_batch(self) -> list[Question]:
+    """The next B distinct questions (a repeat across an epoch boundary is skipped)."""
+    batch: list[Question] = []
+    while len(batch) < self.batch_size:
+      question = next(self._iterator)
+      if all(q.id != question.id for q in batch):
+        batch.append(question)
+    return batch
+
+  def get_state(self) -> dict[str, Any]:
+    return dict(self._iterator.get_state())
+
+  def set_state(self, state: dict[str, Any]) -> None:
+    self._iterator.set_state(dict(state))

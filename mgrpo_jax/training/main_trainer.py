@@ -1,0 +1,293 @@
+"""The main slice: M's rollouts, outcomes, M's update (DESIGN.md, "Data flow of one step").
+
+Step t (B queries, K rollouts each):
+  1. (decoupled modes) wait for ack_sub(t - 1 - staleness): the sub-agent service then
+     holds S weights of version max(0, t - staleness) (its completed steps), and the
+     step's delegations ask for exactly that version.
+  2. B queries from the checkpointed `QueryStream`.
+  3. The step cache `main/cache/step_<t>.json` if present (a restart), else the
+     controller's K rollouts per query (key from (seed, t)); scored (answer judge) and
+     written to the cache BEFORE anything else leaves the process.
+  4. R_M (`plugins.main_reward_fn`), outcomes(t) into the store (a re-put after a
+     restart is byte-identical: a no-op).
+  5. A_M over each query's K rollouts, rows padded to T = `limits.max_context` (one
+     compiled update for the whole run), one update of M (in shared_policy, M's rows and
+     the aligned S rows of the step in ONE batch of the one policy), checkpoint M
+     (params, optimizer, step, PRNG, data iterator, policy version), ack_main(t),
+     delete the step cache; metrics and a progress line.
+
+Modes: mgrpo / frozen_sub / no_alignment use the remote sub-agent service;
+shared_policy runs both roles here with the in-process client (no sub slice);
+single_agent has no sub-agent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+
+from mgrpo_jax.agents import specs
+from mgrpo_jax.agents.controller import RolloutController
+from mgrpo_jax.agents.modes import Agent, make_controller
+from mgrpo_jax.agents.scoring import score
+from mgrpo_jax.metrics import format_progress
+from mgrpo_jax.serving.address import read_address, service_token
+from mgrpo_jax.serving.remote_client import RemoteSubAgentClient
+from mgrpo_jax.store.errors import StoreTimeoutError
+from mgrpo_jax.store.schema import MainOutcomes, SliceAck, ack_key
+from mgrpo_jax.tasks import datasets as datasets_lib
+from mgrpo_jax.tasks.judges import ExactMatchJudge, ProgrammaticExpertJudge
+from mgrpo_jax.training import agent_setup, step_math
+from mgrpo_jax.training.batching import pack_sequences
+from mgrpo_jax.training.checkpoint import AgentCheckpointer, CheckpointConfig
+from mgrpo_jax.training.data import QueryStream, ensure_world, load_questions
+from mgrpo_jax.training.faults import crash_point
+from mgrpo_jax.training.optimizer import learning_rate_schedule
+from mgrpo_jax.training.slice_common import (
+  DECOUPLED_MODES,
+  RunPaths,
+  Timer,
+  check_config,
+  log,
+  make_registry,
+  metrics_writer,
+  open_run_store,
+)
+from mgrpo_jax.training.step_cache import MainStepCache
+from mgrpo_jax.training.update import make_update_fn
+
+
+class _CrashAfterBatch:
+  """Forwards to the remote client; crash point `main:rollout:<t>` after each batch."""
+
+  def __init__(self, inner: RemoteSubAgentClient):
+    self.inner = inner
+    self.step = 0
+
+  def run(self, requests, seed):
+    results = self.inner.run(requests, seed)
+    crash_point("main", "rollout", self.step)
+    return results
+
+
+def remote_client(config, paths: RunPaths) -> RemoteSubAgentClient:
+  """The client of the sub slice's service (fixed host:port, or the published file)."""
+  serving = config.serving
+  if int(serving.port):
+    fixed = (str(serving.host), int(serving.port))
+    resolve, describe = (lambda: fixed), f"serving.host:port = {fixed[0]}:{fixed[1]}"
+  else:
+    path = paths.local / "sub" / "service.json"
+    resolve, describe = (lambda: read_address(path)), str(path)
+  return RemoteSubAgentClient(resolve, describe=describe,
+                              token=service_token(str(serving.token_env)),
+                              deadline_s=float(serving.deadline_s),
+                              call_timeout_s=float(serving.call_timeout_s),
+                              ready_timeout_s=float(config.store.wait_timeout_s))
+
+
+def wait_for_sub_ack(store, key: str, client: RemoteSubAgentClient, timeout: float) -> None:
+  """Waits for S's ack `key`, failing fast (client deadline) if the service is down."""
+  deadline = time.monotonic() + timeout
+  while not store.exists(key):
+    if time.monotonic() > deadline:
+      raise StoreTimeoutError(f"waited {timeout:g}s for the sub slice's {key}")
+    client.status()  # raises ServiceUnavailableError once unreachable past its deadline
+    time.sleep(0.1)
+
+
+@dataclasses.dataclass
+class _Rollouts:
+  query_ids: list[str]
+  main: list
+  sub: list
+  stats: dict[str, float]
+
+
+def _sampled_tokens(records) -> int:
+  return int(sum(r.trajectory.num_sampled for r in records))
+
+
+def run_main_slice(config, workdir: str) -> None:
+  """Runs the main slice to `experiment.num_steps` (module docstring)."""
+  check_config(config)
+  paths = RunPaths.from_config(config, workdir)
+  mode = str(config.experiment.mode)
+  seed, run_id = int(config.experiment.seed), str(config.experiment.run_id)
+  num_steps = int(config.experiment.num_steps)
+  num_queries = int(config.mgrpo.queries_per_step)
+  num_rollouts = int(config.mgrpo.rollouts_per_query)
+  staleness = int(config.mgrpo.staleness)
+  weights = step_math.RewardWeights.from_config(config.rewards)
+  advantage = step_math.AdvantageConfig(std=str(config.mgrpo.advantage_std),
+                                        eps=float(config.mgrpo.advantage_eps))
+  store = open_run_store(paths)
+  world_path = ensure_world(paths.local, config.world)
+  questions = load_questions(world_path, config.world, str(config.world.stage))
+  registry = make_registry(world_path)
+  model, tokenizer = agent_setup.build_model(config.main, "main", paths.local, config)
+  trainer = agent_setup.create_agent_state(model, config.main, "main", config)
+  layout = trainer.layout
+  checkpointer = AgentCheckpointer(paths.checkpoints("main"), layout,
+                                   CheckpointConfig.from_config(config.checkpoint))
+  stream = QueryStream(questions, seed=agent_setup.derive_seed(seed, "data"),
+                       batch_size=num_queries)
+  restored = checkpointer.restore()
+  start = 0
+  if restored is not None:
+    trainer.state, metadata = restored
+    stream.set_state(metadata["data_iterator"])
+    start = int(metadata["steps_done"])
+  elif config.main.model.init_checkpoint:
+    agent_setup.restore_init_params(trainer, str(config.main.model.init_checkpoint))
+  cache = MainStepCache(paths.cache("main"))
+  if start > 0:  # a crash between the checkpoint and the ack of the previous step
+    ack = SliceAck(run_id, start - 1, "main", start)
+    store.put(ack.key, ack.to_bytes())
+  cache.delete_before(start)
+
+  policy = agent_setup.sampler_policy(layout.model(trainer.state), tokenizer, config.main,
+                                      version=start)
+  rollout_config = agent_setup.rollout_config(config)
+  acting = agent_setup.rollout_policy(policy, tokenizer, "main")
+  client = None
+  expert_judge = None
+  if mode in DECOUPLED_MODES:
+    client = _CrashAfterBatch(remote_client(config, paths))
+    controller = RolloutController(acting, tokenizer, registry, rollout_config,
+                                   sub_client=client, spec=specs.MAIN)
+  else:
+    controller = make_controller(mode, Agent(acting, tokenizer), registry, rollout_config)
+    if mode == "shared_policy":
+      train_world, _ = datasets_lib.make_split_worlds(
+          config.world.size, int(config.world.seed), int(config.world.test_seed))
+      expert_judge = ProgrammaticExpertJudge(train_world)
+  answer_judge = ExactMatchJudge()
+  schedule = learning_rate_schedule(trainer.optim)
+  updates = {}
+  writer = metrics_writer(paths, "main", config)
+  log(f"main slice: mode={mode} steps {start}..{num_steps - 1} B={num_queries} "
+      f"K={num_rollouts} store={paths.store_uri}")
+
+  for step in range(start, num_steps):
+    timer = Timer()
+    if client is not None:
+      client.step = step
+      waited = step - 1 - staleness
+      with timer("wait_sub"):
+        if waited >= 0:
+          wait_for_sub_ack(store, ack_key(run_id, waited, "sub"), client.inner,
+                           float(config.store.wait_timeout_s))
+      client.inner.begin_step(step, max(0, step - staleness))
+    queries = stream.next_batch()
+    rollouts = _rollouts(step, queries, cache, controller, num_rollouts, seed, answer_judge,
+                         expert_judge, timer)
+    grid = step_math.main_grid(rollouts.main, rollouts.query_ids, num_rollouts)
+    r_main = step_math.main_rewards(grid["format_ok"], grid["correct"], weights)
+    a_main = step_math.main_advantages(r_main, advantage)
+    outcomes = MainOutcomes.from_arrays(
+        run_id, step, rollouts.query_ids, correct=grid["correct"] > 0.5, main_reward=r_main,
+        num_sub_calls=grid["num_sub_calls"], policy_version=step)
+    with timer("store"):
+      store.put(outcomes.key, outcomes.to_bytes())
+    crash_point("main", "outcomes", step)
+
+    batch = pack_sequences([step_math.token_sequence(r.trajectory) for r in rollouts.main],
+                           a_main.reshape(-1), pad_id=tokenizer.pad_id or 0,
+                           buckets=(int(config.main.limits.max_context),))
+    scalars = {}
+    if mode == "shared_policy":
+      sub_step = _shared_sub_step(rollouts, grid, r_main, config, step, weights, advantage,
+                                  tokenizer)
+      scalars.update(step_math.sub_step_scalars(sub_step))
+      scalars["shared/main_tokens"] = float(batch.loss_mask.sum())
+      scalars["shared/sub_tokens"] = float(sub_step.batch.loss_mask.sum())
+      batch = step_math.concat_batches(batch, sub_step.batch, tokenizer.pad_id or 0)
+    rows = batch.ids.shape[0]
+    if rows not in updates:
+      updates[rows] = make_update_fn(layout, trainer.update_config, rows,
+                                     learning_rate=schedule)
+    with timer("update"):
+      trainer.state, metrics = updates[rows](trainer.state, batch)
+      metrics = {k: float(v) for k, v in metrics.items()}
+    policy.sampler.model = layout.model(trainer.state)
+    policy.version = step + 1
+    with timer("checkpoint"):
+      checkpointer.save(trainer.state, force=True, metadata={
+          "steps_done": step + 1, "data_iterator": stream.get_state(),
+          "policy_version": step + 1})
+      checkpointer.wait_until_finished()
+    crash_point("main", "checkpoint", step)
+    with timer("store"):
+      ack = SliceAck(run_id, step, "main", step + 1)
+      store.put(ack.key, ack.to_bytes())
+    cache.delete(step)
+
+    scalars.update({
+        "main/reward_mean": float(r_main.mean()), "main/correct_mean":
+        float(grid["correct"].mean()), "main/format_ok_mean": float(grid["format_ok"].mean()),
+        "main/advantage_abs_mean": float(np.abs(a_main).mean()),
+        "main/sub_calls_mean": float(grid["num_sub_calls"].mean()),
+        "main/sub_calls_max": float(grid["num_sub_calls"].max())})
+    scalars.update({f"main/update/{k}": v for k, v in metrics.items()})
+    scalars.update(rollouts.stats)
+    throughput = {"main": rollouts.stats["main/sampled_tokens"] / max(
+        timer.seconds.get("rollout", 0.0) - timer.seconds.get("sub_calls", 0.0), 1e-9),
+                  "update": metrics["num_tokens"] / max(timer.seconds["update"], 1e-9)}
+    if rollouts.stats.get("sub/sampled_tokens"):
+      throughput["sub"] = rollouts.stats["sub/sampled_tokens"] / max(
+          timer.seconds.get("sub_calls", 0.0), 1e-9)
+    for phase, seconds in timer.seconds.items():
+      scalars[f"time/{phase}_s"] = seconds
+    scalars.update({f"throughput/{k}_tokens_per_s": v for k, v in throughput.items()})
+    writer.write(step, scalars)
+    log(format_progress(step + 1, num_steps, {
+        "main/reward": scalars["main/reward_mean"], "loss": metrics["loss"],
+        "sub_calls": scalars["main/sub_calls_mean"]}, timer.seconds, throughput))
+  writer.close()
+  checkpointer.close()
+  if client is not None:
+    client.inner.close()
+  log("main slice: done")
+
+
+def _rollouts(step, queries, cache, controller, num_rollouts, seed, answer_judge,
+              expert_judge, timer) -> _Rollouts:
+  """Step t's scored rollouts: from the write-ahead cache, else sampled and cached."""
+  query_ids = [q.id for q in queries]
+  cached = cache.load(step)
+  stats = {}
+  if cached is not None:
+    cached_ids, main, sub = cached
+    if cached_ids != query_ids:
+      raise ValueError(f"{cache.path(step)} holds queries {cached_ids}, but step {step} "
+                       f"reads {query_ids}: the data or the seed changed since the crash")
+    stats["main/from_cache"] = 1.0
+  else:
+    with timer("rollout"):
+      out = controller.run(queries, num_rollouts, agent_setup.step_key(seed, "rollout", step))
+    timer.seconds["sub_calls"] = out.stats.sub_s
+    with timer("scoring"):
+      main, sub = score(out.main, out.sub if expert_judge is not None else [], queries,
+                        answer_judge, expert_judge)
+    with timer("store"):
+      cache.write(step, query_ids, main, sub)
+    crash_point("main", "cached", step)
+    stats["main/from_cache"] = 0.0
+    stats["sub/sampled_tokens"] = float(_sampled_tokens(out.sub))
+  stats["main/sampled_tokens"] = float(_sampled_tokens(main))
+  return _Rollouts(query_ids, main, sub, stats)
+
+
+def _shared_sub_step(rollouts, grid, r_main, config, step, weights, advantage, tokenizer):
+  """shared_policy: the step's S calls aligned to D slots, for the one policy's batch."""
+  indexed = step_math.index_sub_records(rollouts.sub, rollouts.query_ids,
+                                        grid["num_sub_calls"])
+  return step_math.aligned_sub_step(
+      indexed, r_main, grid["correct"], grid["num_sub_calls"],
+      num_slots=int(config.mgrpo.aligned_sub_calls),
+      key=agent_setup.step_key(int(config.experiment.seed), "align", step),
+      mode=str(config.mgrpo.alignment), weights=weights, advantage=advantage,
+      pad_id=tokenizer.pad_id or 0, buckets=(int(config.main.limits.max_context),))

@@ -1,0 +1,121 @@
+"""`run_slice(slice_name, config, workdir)`: what `launch/tpu_run.py` calls.
+
+  main  the main slice (`main_trainer.run_main_slice`)
+  sub   the sub slice (`sub_trainer.run_sub_slice`)
+  all   both, as two child processes of this one, each `launch/tpu_run.py
+        --slice=main|sub` with the same config (the validated config is written to
+        `<local>/launch/config.py` and the gin bindings to `<local>/launch/bindings.gin`,
+        so overrides and user components reach the children exactly), the same workdir
+        and, unless `store.uri` is set, the local store under it. The RPC between them is
+        real loopback TCP. Their output is relayed line by line with a `[main]` /
+        `[sub]` prefix; each child's pid is written to `<local>/launch/<slice>.pid`. If
+        either fails, the other is terminated and `run_slice` exits non-zero.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from mgrpo_jax.training.files import atomic_write
+from mgrpo_jax.training.slice_common import RunPaths
+
+SLICES = ("main", "sub", "all")
+_LAUNCHER = pathlib.Path(__file__).resolve().parents[2] / "launch" / "tpu_run.py"
+_CONFIG_FILE = '''"""The config of this run, written by run_slice('all') for its two slices."""
+
+import json
+
+import ml_collections
+
+CONFIG_JSON = {config_json!r}
+
+
+def get_config(arg=None):
+  del arg
+  return ml_collections.ConfigDict(json.loads(CONFIG_JSON))
+'''
+
+
+def run_slice(slice_name: str, config, workdir: str) -> None:
+  """Runs one slice, or both as two processes (module docstring)."""
+  if slice_name == "main":
+    from mgrpo_jax.training.main_trainer import run_main_slice
+    run_main_slice(config, workdir)
+  elif slice_name == "sub":
+    from mgrpo_jax.training.sub_trainer import run_sub_slice
+    run_sub_slice(config, workdir)
+  elif slice_name == "all":
+    _run_both(config, workdir)
+  else:
+    raise ValueError(f"slice must be one of {SLICES}, got {slice_name!r}")
+
+
+def write_launch_files(config, paths: RunPaths) -> tuple[pathlib.Path, pathlib.Path]:
+  """(config file, gin file) that reproduce `config` and the gin bindings in a child."""
+  import gin
+
+  folder = paths.local / "launch"
+  config_path, gin_path = folder / "config.py", folder / "bindings.gin"
+  config_json = json.dumps(json.loads(config.to_json()), sort_keys=True)
+  atomic_write(config_path, _CONFIG_FILE.format(config_json=config_json).encode())
+  atomic_write(gin_path, gin.config_str().encode())
+  return config_path, gin_path
+
+
+def _relay(prefix: str, stream, out) -> None:
+  for line in iter(stream.readline, b""):
+    out.write(f"[{prefix}] {line.decode(errors='replace')}")
+    out.flush()
+  stream.close()
+
+
+def _run_both(config, workdir: str) -> None:
+  paths = RunPaths.from_config(config, workdir)
+  config_path, gin_path = write_launch_files(config, paths)
+  # A SIGTERM to this process stops both slices (the `finally` below).
+  signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+  children: dict[str, subprocess.Popen] = {}
+  relays = []
+  for name in ("sub", "main"):
+    command = [sys.executable, str(_LAUNCHER), f"--slice={name}", f"--config={config_path}",
+               f"--workdir={paths.workdir}", f"--gin_file={gin_path}",
+               "--verbosity=-1"]
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    children[name] = child
+    atomic_write(paths.local / "launch" / f"{name}.pid", str(child.pid).encode())
+    relay = threading.Thread(target=_relay, args=(name, child.stdout, sys.stdout), daemon=True)
+    relay.start()
+    relays.append(relay)
+  failed = None
+  try:
+    while failed is None and any(c.poll() is None for c in children.values()):
+      failed = next((n for n, c in children.items() if c.poll() not in (None, 0)), None)
+      time.sleep(0.2)
+    failed = failed or next((n for n, c in children.items() if c.returncode != 0), None)
+  finally:
+    for child in children.values():
+      _terminate(child)
+    for relay in relays:
+      relay.join(timeout=5)
+  if failed is not None:
+    raise SystemExit(f"run_slice('all'): the {failed} slice exited with status "
+                     f"{children[failed].returncode}; the other slice was stopped")
+
+
+def _terminate(child: subprocess.Popen, grace_s: float = 10.0) -> None:
+  if child.poll() is not None:
+    return
+  child.send_signal(signal.SIGTERM)
+  try:
+    child.wait(timeout=grace_s)
+  except subprocess.TimeoutExpired:
+    child.kill()
+    child.wait()

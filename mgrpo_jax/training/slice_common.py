@@ -1,0 +1,108 @@
+"""What both slices share: run folders, the store, the search tools, metrics, waiting.
+
+Run folder layout (`workdir` may be `gs://...`; local-only files then go to the
+local root `runs_local/<run_id>` in the current directory):
+  <workdir>/checkpoints/{main,sub}   orbax checkpoints (one manager per agent)
+  <workdir>/store                    the statistics store (unless `store.uri` is set)
+  <local>/data/{world,tokenizer}     built once, shared by the slices (file locks)
+  <local>/main/cache/step_<t>.json   M's write-ahead rollout cache
+  <local>/sub/cache/step_<t>/        S records of step t, written by the service
+  <local>/sub/service.json           the sub-agent service's address
+  <local>/logs/{main,sub}/           metrics.jsonl and TensorBoard events per slice
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import sys
+import time
+
+from mgrpo_jax.agents.tools import SearchIndex, ToolRegistry, default_registry
+from mgrpo_jax.metrics import MetricsWriter
+from mgrpo_jax.store import open_store
+from mgrpo_jax.store.protocol import Store
+
+DECOUPLED_MODES = ("mgrpo", "frozen_sub", "no_alignment")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPaths:
+  """Where one run keeps its files (module docstring)."""
+
+  workdir: str
+  local: pathlib.Path
+  store_uri: str
+
+  @classmethod
+  def from_config(cls, config, workdir: str) -> RunPaths:
+    workdir = workdir if "://" in workdir else os.path.abspath(workdir)
+    local = (pathlib.Path(workdir) if "://" not in workdir
+             else pathlib.Path("runs_local", str(config.experiment.run_id)).resolve())
+    store_uri = str(config.store.uri) or f"{workdir}/store"
+    return cls(workdir, local, store_uri)
+
+  def checkpoints(self, role: str) -> str:
+    return f"{self.workdir}/checkpoints/{role}"
+
+  def logs(self, slice_name: str) -> pathlib.Path:
+    return self.local / "logs" / slice_name
+
+  def cache(self, slice_name: str) -> pathlib.Path:
+    return self.local / slice_name / "cache"
+
+
+def check_config(config) -> None:
+  """Settings the step protocol relies on; raises ValueError naming the key."""
+  if int(config.checkpoint.every) != 1:
+    raise ValueError("checkpoint.every must be 1 for RL training: each step's acknowledgement "
+                     "promises a durable checkpoint of that step (exact resume)")
+  staleness = int(config.mgrpo.staleness)
+  if int(config.checkpoint.keep) < staleness + 1:
+    raise ValueError(f"checkpoint.keep={config.checkpoint.keep} must be >= mgrpo.staleness + 1 "
+                     f"= {staleness + 1}: a restarted sub slice serves the older versions")
+
+
+def open_run_store(paths: RunPaths) -> Store:
+  return open_store(paths.store_uri)
+
+
+def make_registry(world_path: pathlib.Path, *, top_n: int = 5,
+                  visit_budget: int = 1500) -> ToolRegistry:
+  """search / visit / reason over the built train-world index."""
+  index = SearchIndex.open(world_path / "index" / "train_world.sqlite")
+  return default_registry(index, top_n=top_n, visit_budget=visit_budget)
+
+
+def metrics_writer(paths: RunPaths, slice_name: str, config) -> MetricsWriter:
+  return MetricsWriter(paths.logs(slice_name), tensorboard=bool(config.logging.tensorboard))
+
+
+def log(message: str) -> None:
+  """One line on stdout, flushed (the `--slice=all` parent prefixes and relays it)."""
+  sys.stdout.write(f"{message}\n")
+  sys.stdout.flush()
+
+
+class Timer:
+  """Accumulates wall seconds per phase: `with timer("update"): ...`."""
+
+  def __init__(self):
+    self.seconds: dict[str, float] = {}
+
+  def __call__(self, phase: str) -> _Phase:
+    return _Phase(self, phase)
+
+
+class _Phase:
+
+  def __init__(self, timer: Timer, phase: str):
+    self._timer, self._phase = timer, phase
+
+  def __enter__(self) -> None:
+    self._start = time.perf_counter()
+
+  def __exit__(self, *exc) -> None:
+    elapsed = time.perf_counter() - self._start
+    self._timer.seconds[self._phase] = self._timer.seconds.get(self._phase, 0.0) + elapsed

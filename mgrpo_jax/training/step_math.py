@@ -1,0 +1,252 @@
+"""Rewards, alignment and advantages of one training step, from records and outcomes (pure).
+
+Main agent (paper section 3.1, Eq. 9-10), Q queries x K rollouts:
+  R_M [Q, K]      = main_reward_fn(format_ok, correct; a1, a2)     (`plugins.main_reward_fn`)
+  A_M [Q, K]      = group_normalize(R_M) over the K rollouts of each query
+
+Sub-agent (paper sections 3.2 and 4), D aligned slots per rollout:
+  R_S of call i   = sub_reward_fn(format_ok_S, correct_M[q, k], expert; b1, b2, b3)
+  index, valid    = align_indices(d [Q, K], D, key)                  [Q, K, D]
+  A_S [Q, K, D]   = mgrpo_advantages(R_M, R_S[index], valid): normalized over all valid
+                    [K, D] slots of query q (duplicates count as full samples)
+
+`no_alignment` (the released code's grouping, MGRPO_PAPER_NOTES.md section 4.2): the
+step's S calls in arrival order (the order the service received them: delegation batch,
+then position in the batch) fill N = Q*K*D rows; calls beyond N are dropped, missing
+ones leave empty rows of weight 0; consecutive groups of G = K*D rows are normalized
+together whatever query or rollout they came from. Unlike the released FIFO, nothing is
+carried over to the next step, so each step's batch is a function of that step alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+import jax
+import numpy as np
+
+from mgrpo_jax import plugins
+from mgrpo_jax.agents.records import MainRecord, SubRecord, Trajectory
+from mgrpo_jax.core import advantages as advantages_lib
+from mgrpo_jax.core import alignment as alignment_lib
+from mgrpo_jax.training.batching import (
+  DEFAULT_LENGTH_BUCKETS,
+  TokenSequence,
+  TrainBatch,
+  aligned_batch,
+  pack_sequences,
+)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RewardWeights:
+  """alpha_1, alpha_2 of R_M and beta_1..3 of R_S (keys `rewards.*`)."""
+
+  a1: float = 0.1
+  a2: float = 0.9
+  b1: float = 0.1
+  b2: float = 0.4
+  b3: float = 0.5
+
+  @classmethod
+  def from_config(cls, rewards) -> RewardWeights:
+    """`rewards.sub_reward == "released"` is R_S = format * (0.1 + 0.9 * correct_M)."""
+    if rewards["sub_reward"] == "released":
+      b1, b2, b3 = 0.1, 0.9, 0.0
+    else:
+      b1, b2, b3 = (float(rewards[k]) for k in ("b1", "b2", "b3"))
+    return cls(a1=float(rewards["a1"]), a2=float(rewards["a2"]), b1=b1, b2=b2, b3=b3)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AdvantageConfig:
+  """Group normalization (keys `mgrpo.advantage_std`, `mgrpo.advantage_eps`)."""
+
+  std: str = "population"
+  eps: float = 0.0
+
+
+def token_sequence(trajectory: Trajectory) -> TokenSequence:
+  """The trainer's view of a trajectory (sampled ids carry loss, token in token out)."""
+  return TokenSequence(trajectory.ids, trajectory.loss_mask.astype(np.float32),
+                       trajectory.logprobs)
+
+
+def main_grid(records: Sequence[MainRecord], query_ids: Sequence[str], num_rollouts: int
+              ) -> dict[str, np.ndarray]:
+  """Scored M records -> arrays [Q, K]: format_ok, correct, num_sub_calls, policy_version."""
+  position = {qid: q for q, qid in enumerate(query_ids)}
+  shape = (len(query_ids), num_rollouts)
+  grid = {"format_ok": np.zeros(shape, bool), "correct": np.zeros(shape, np.float32),
+          "num_sub_calls": np.zeros(shape, np.int32),
+          "policy_version": np.zeros(shape, np.int32)}
+  seen = np.zeros(shape, bool)
+  for record in records:
+    if record.query_id not in position or not 0 <= record.rollout_index < num_rollouts:
+      raise KeyError(f"M record {record.key} is outside the step's queries x {num_rollouts} "
+                     "rollouts")
+    q, k = position[record.query_id], record.rollout_index
+    if np.isnan(record.correct):
+      raise ValueError(f"M record {record.key} is not scored (correct is NaN)")
+    seen[q, k] = True
+    grid["format_ok"][q, k] = record.trajectory.format_ok
+    grid["correct"][q, k] = record.correct
+    grid["num_sub_calls"][q, k] = record.num_sub_calls
+    grid["policy_version"][q, k] = record.trajectory.policy_version
+  if not seen.all():
+    q, k = np.argwhere(~seen)[0]
+    raise KeyError(f"no M record for (query, rollout) = ({query_ids[q]!r}, {k})")
+  return grid
+
+
+def main_rewards(format_ok: np.ndarray, correct: np.ndarray, weights: RewardWeights
+                 ) -> np.ndarray:
+  """R_M float32 [Q, K] through the (gin-replaceable) main reward function."""
+  fn = plugins.main_reward_fn()
+  return np.asarray(fn(format_ok, correct, a1=weights.a1, a2=weights.a2), np.float32)
+
+
+def main_advantages(rewards: np.ndarray, config: AdvantageConfig) -> np.ndarray:
+  """A_M float32 [Q, K]: R_M normalized over each query's K rollouts."""
+  return np.asarray(advantages_lib.group_normalize(rewards, std=config.std, eps=config.eps),
+                    np.float32)
+
+
+def index_sub_records(records: Sequence[SubRecord], query_ids: Sequence[str],
+                      counts: np.ndarray) -> dict[tuple[int, int, int], SubRecord]:
+  """{(q, k, i): record}; every rollout (q, k) must have exactly calls 0..d_k - 1.
+
+  Raises:
+    KeyError: naming (query id, k, i) of a missing call, or of a call that the
+      outcomes do not account for.
+  """
+  position = {qid: q for q, qid in enumerate(query_ids)}
+  indexed = {}
+  for record in records:
+    q = position.get(record.query_id)
+    k, i = record.rollout_index, record.call_index
+    if q is None or not (0 <= k < counts.shape[1] and 0 <= i < counts[q, k]):
+      raise KeyError(f"S record (query, k, i) = {record.key} is not among the step's "
+                     "delegations (outcomes' d_k)")
+    indexed[(q, k, i)] = record
+  for q, k in np.ndindex(*counts.shape):
+    for i in range(int(counts[q, k])):
+      if (q, k, i) not in indexed:
+        raise KeyError(f"missing S record for (query, k, i) = ({query_ids[q]!r}, {k}, {i}); "
+                       f"the outcomes say rollout {k} made {int(counts[q, k])} calls")
+  return indexed
+
+
+def sub_rewards(records: Mapping[tuple[int, int, int], SubRecord], correct: np.ndarray,
+                weights: RewardWeights) -> dict[tuple[int, int, int], float]:
+  """R_S of every call; `records` carry `expert`, correct_M comes from `correct` [Q, K]."""
+  keys = sorted(records)
+  if not keys:
+    return {}
+  fn = plugins.sub_reward_fn()
+  format_ok = np.array([records[key].trajectory.format_ok for key in keys], bool)
+  expert = np.array([records[key].expert for key in keys], np.float32)
+  if np.isnan(expert).any():
+    raise ValueError("S records must be scored (expert is NaN)")
+  main_correct = np.array([correct[q, k] for q, k, _ in keys], np.float32)
+  values = np.asarray(fn(format_ok, main_correct, expert, b1=weights.b1, b2=weights.b2,
+                         b3=weights.b3), np.float32)
+  return {key: float(value) for key, value in zip(keys, values, strict=True)}
+
+
+@dataclasses.dataclass(frozen=True)
+class SubStep:
+  """S's update batch of one step and what to log about it.
+
+  Attributes:
+    batch: [Q*K*D, T] rows in (q, k, j) order (aligned) or arrival order (no_alignment).
+    rewards: R_S float32 [Q*K*D] of each row (0 at empty rows).
+    advantages: A_S float32 [Q*K*D] of each row.
+    valid: bool [Q*K*D], rows holding a call.
+    num_calls: S calls made in the step.
+  """
+
+  batch: TrainBatch
+  rewards: np.ndarray
+  advantages: np.ndarray
+  valid: np.ndarray
+  num_calls: int
+
+
+def aligned_sub_step(records: Mapping[tuple[int, int, int], SubRecord],
+                     main_reward: np.ndarray, correct: np.ndarray, counts: np.ndarray, *,
+                     num_slots: int, key: jax.Array, mode: str, weights: RewardWeights,
+                     advantage: AdvantageConfig, pad_id: int,
+                     buckets: Sequence[int] = DEFAULT_LENGTH_BUCKETS) -> SubStep:
+  """The paper's S step: align calls to D slots, normalize per query (module docstring).
+
+  Args:
+    records: scored S calls keyed (q, k, i) (`index_sub_records`).
+    main_reward: R_M float [Q, K]; correct: correct_M [Q, K]; counts: d_k int [Q, K].
+    num_slots: D. key: the step's alignment key. mode: "duplicate_drop" or "mask".
+  """
+  reward_of = sub_rewards(records, correct, weights)
+  index, valid = alignment_lib.align_indices(np.asarray(counts, np.int32), num_slots, key,
+                                             mode=mode)
+  index, valid = np.asarray(index), np.asarray(valid)
+  slot_rewards = np.zeros(index.shape, np.float32)
+  for q, k, j in zip(*np.nonzero(valid), strict=True):
+    slot_rewards[q, k, j] = reward_of[(int(q), int(k), int(index[q, k, j]))]
+  _, sub_adv = advantages_lib.mgrpo_advantages(main_reward, slot_rewards, valid,
+                                               std=advantage.std, eps=advantage.eps)
+  sub_adv = np.where(valid, np.asarray(sub_adv, np.float32), 0.0)
+  sequences = {key_: token_sequence(r.trajectory) for key_, r in records.items()}
+  batch = aligned_batch(sequences, index, valid, sub_adv, buckets=buckets, pad_id=pad_id)
+  return SubStep(batch, slot_rewards.reshape(-1), sub_adv.reshape(-1), valid.reshape(-1),
+                 len(records))
+
+
+def arrival_sub_step(records_in_arrival_order: Sequence[tuple[tuple[int, int, int], SubRecord]],
+                     correct: np.ndarray, *, num_queries: int, group_size: int,
+                     weights: RewardWeights, advantage: AdvantageConfig, pad_id: int,
+                     buckets: Sequence[int] = DEFAULT_LENGTH_BUCKETS) -> SubStep:
+  """`no_alignment`: arrival-order rows, groups of `group_size` = K*D consecutive rows."""
+  num_rows = num_queries * group_size
+  kept = list(records_in_arrival_order)[:num_rows]
+  reward_of = sub_rewards(dict(kept), correct, weights)
+  rewards = np.zeros(num_rows, np.float32)
+  valid = np.zeros(num_rows, bool)
+  for row, (key, _) in enumerate(kept):
+    rewards[row], valid[row] = reward_of[key], True
+  adv = advantages_lib.group_normalize(rewards.reshape(num_queries, group_size),
+                                       valid.reshape(num_queries, group_size),
+                                       std=advantage.std, eps=advantage.eps)
+  adv = np.where(valid, np.asarray(adv, np.float32).reshape(-1), 0.0)
+  sequences = [token_sequence(r.trajectory) for _, r in kept]
+  batch = pack_sequences(sequences, adv[:len(kept)], num_rows=num_rows, buckets=buckets,
+                         pad_id=pad_id)
+  return SubStep(batch, rewards, adv, valid, len(records_in_arrival_order))
+
+
+def concat_batches(first: TrainBatch, second: TrainBatch, pad_id: int) -> TrainBatch:
+  """Rows of `first` then `second`, right-padded to the longer T (shared_policy)."""
+  length = max(first.ids.shape[1], second.ids.shape[1])
+
+  def widen(x: np.ndarray, fill) -> np.ndarray:
+    out = np.full((x.shape[0], length), fill, x.dtype)
+    out[:, :x.shape[1]] = x
+    return out
+
+  return TrainBatch(
+      ids=np.concatenate([widen(first.ids, pad_id), widen(second.ids, pad_id)]),
+      loss_mask=np.concatenate([widen(first.loss_mask, 0), widen(second.loss_mask, 0)]),
+      old_logp=np.concatenate([widen(first.old_logp, 0), widen(second.old_logp, 0)]),
+      advantages=np.concatenate([first.advantages, second.advantages]),
+      weights=np.concatenate([first.weights, second.weights]))
+
+
+def sub_step_scalars(sub_step: SubStep) -> dict[str, float]:
+  """What to log about S's step: calls, valid slots, R_S and A_S statistics."""
+  valid = sub_step.valid
+  rewards = sub_step.rewards[valid]
+  return {"sub/calls": float(sub_step.num_calls), "sub/valid_slots": float(valid.sum()),
+          "sub/reward_mean": float(rewards.mean()) if valid.any() else 0.0,
+          "sub/advantage_abs_mean": float(np.abs(sub_step.advantages).mean()),
+          "sub/advantage_std": float(sub_step.advantages[valid].std()) if valid.any()
+          else 0.0}

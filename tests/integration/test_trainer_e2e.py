@@ -1,0 +1,118 @@
+"""Two-process training through `launch/tpu_run.py --slice=all`, and exact resume after SIGKILL.
+
+The slices run the tiny models of configs/local_demo.py with a policy mix
+(`trainer_policy_mix.ThinkingOracle`: model-sampled thinking, oracle actions) so that M
+delegates, S reports and rewards and advantages are not all 0. The resumed run is
+killed at named points of the step protocol (`MGRPO_FAULT`: during M's rollouts, after
+outcomes, during S's update) and restarted with the same command each time; its final
+checkpoints must equal the uninterrupted run's bitwise.
+"""
+
+from __future__ import annotations
+
+import math
+import pathlib
+
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+import trainer_harness
+
+from mgrpo_jax.metrics.writer import read_metrics
+from mgrpo_jax.store import open_store
+from mgrpo_jax.store.schema import MainOutcomes, SliceAck, ack_key, outcomes_key
+
+NUM_STEPS = 3
+RUN_ID = "local_demo"
+
+
+def launch(workdir, fault=None):
+  return trainer_harness.launch(workdir, f"--config.experiment.num_steps={NUM_STEPS}",
+                                fault=fault)
+
+
+def checkpoint_arrays(workdir, role):
+  """{path: array} of the latest checkpoint's train state of one agent."""
+  directory = pathlib.Path(workdir) / "checkpoints" / role
+  with ocp.CheckpointManager(directory) as manager:
+    step = manager.latest_step()
+    state = manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore())).state
+  flat = {}
+
+  def visit(prefix, node):
+    if isinstance(node, dict):
+      for key, value in node.items():
+        visit(f"{prefix}/{key}", value)
+    elif isinstance(node, list | tuple):
+      for i, value in enumerate(node):
+        visit(f"{prefix}/{i}", value)
+    elif node is not None:
+      flat[prefix] = np.asarray(node)
+
+  visit("", state)
+  return step, flat
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+  workdir = tmp_path_factory.mktemp("reference") / "run"
+  result = launch(workdir)
+  assert result.returncode == 0, result.stdout[-4000:]
+  return workdir, result.stdout
+
+
+def test_two_slices_complete_every_step(reference):
+  workdir, output = reference
+  store = open_store(str(workdir / "store"))
+  delegations = 0
+  for step in range(NUM_STEPS):
+    outcomes = MainOutcomes.from_bytes(outcomes_key(RUN_ID, step),
+                                       store.get(outcomes_key(RUN_ID, step)))
+    assert outcomes.shape == (1, 3)
+    delegations += int(outcomes.to_arrays()["num_sub_calls"].sum())
+    for name in ("main", "sub"):
+      ack = SliceAck.from_bytes(ack_key(RUN_ID, step, name),
+                                store.get(ack_key(RUN_ID, step, name)))
+      assert ack.weight_version == step + 1
+  assert delegations > 0
+  for role in ("main", "sub"):
+    step, arrays = checkpoint_arrays(workdir, role)
+    assert step == NUM_STEPS and int(arrays["/step"]) == NUM_STEPS
+  main = read_metrics(workdir / "logs" / "main" / "metrics.jsonl")
+  sub = read_metrics(workdir / "logs" / "sub" / "metrics.jsonl")
+  assert [m["step"] for m in main] == [m["step"] for m in sub] == list(range(NUM_STEPS))
+  for record in main:
+    for phase in ("rollout", "sub_calls", "scoring", "store", "update", "checkpoint"):
+      assert record[f"time/{phase}_s"] >= 0
+    assert record["throughput/main_tokens_per_s"] > 0
+  for record in sub:
+    for name in ("sub/update/loss", "sub/update/grad_norm", "sub/advantage_std",
+                 "sub/reward_mean"):
+      assert math.isfinite(record[name])
+  assert any(m["sub/advantage_abs_mean"] > 0 for m in sub)
+  assert any(m["main/advantage_abs_mean"] > 0 for m in main)
+  assert "[main] step 3/3" in output and "[sub] step 3/3" in output
+  assert not list((workdir / "main" / "cache").glob("step_*"))
+  assert not list((workdir / "sub" / "cache").glob("step_*"))
+
+
+def test_resume_after_sigkill_equals_uninterrupted_run(reference, tmp_path):
+  workdir = tmp_path / "run"
+  store = open_store(str(workdir / "store"))
+  for fault in ("main:outcomes:0", "sub:loaded:1", "main:rollout:2"):
+    result = launch(workdir, fault=fault)
+    assert result.returncode != 0, f"fault {fault} did not fire:\n{result.stdout[-3000:]}"
+    assert "exited with status -9" in result.stdout, result.stdout[-3000:]
+  assert store.exists(outcomes_key(RUN_ID, 1)) and not store.exists(ack_key(RUN_ID, 2, "main"))
+  result = launch(workdir)
+  assert result.returncode == 0, result.stdout[-4000:]
+  for role in ("main", "sub"):
+    ref_step, ref = checkpoint_arrays(reference[0], role)
+    step, got = checkpoint_arrays(workdir, role)
+    assert step == ref_step and sorted(got) == sorted(ref)
+    for name in ref:
+      np.testing.assert_array_equal(got[name], ref[name], err_msg=f"{role} {name}")
+  for step in range(NUM_STEPS):
+    assert store.get(outcomes_key(RUN_ID, step)) == open_store(
+        str(reference[0] / "store")).get(outcomes_key(RUN_ID, step))

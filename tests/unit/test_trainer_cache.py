@@ -1,0 +1,113 @@
+"""Step caches (atomic, idempotent, exact round trip), the address file, version gating."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from mgrpo_jax.agents.records import END_RESULT, MainRecord, SubRecord, ToolCall, Trajectory
+from mgrpo_jax.serving.address import encode_address, read_address, service_token
+from mgrpo_jax.serving.sub_service import WeightVersions
+from mgrpo_jax.training.files import atomic_write
+from mgrpo_jax.training.step_cache import MainStepCache, SubStepCache
+
+
+def _trajectory(seed: int) -> Trajectory:
+  rng = np.random.default_rng(seed)
+  n = 9
+  return Trajectory(ids=rng.integers(0, 1000, n).astype(np.int32),
+                    loss_mask=rng.random(n) < 0.5,
+                    logprobs=(-rng.random(n) * 7).astype(np.float32),
+                    roles=rng.integers(0, 4, n).astype(np.int32),
+                    messages=(("system", "s"), ("assistant", "a \u00e9")), policy_version=3,
+                    format_ok=True, error="", end=END_RESULT, num_turns=2,
+                    tool_calls=(ToolCall(0, "search", '{"query": "x"}', True, 0.25),),
+                    final="report", wall_s=1.5)
+
+
+def _same_trajectory(a: Trajectory, b: Trajectory) -> None:
+  for name in ("ids", "loss_mask", "logprobs", "roles"):
+    x, y = getattr(a, name), getattr(b, name)
+    assert x.dtype == y.dtype
+    np.testing.assert_array_equal(x, y)  # bitwise: float32 survives JSON exactly
+  assert (a.messages, a.tool_calls, a.final) == (b.messages, b.tool_calls, b.final)
+
+
+def test_main_cache_round_trip_is_exact(tmp_path):
+  cache = MainStepCache(tmp_path)
+  main = [MainRecord("q", k, "main", _trajectory(k), 2, correct=float(k)) for k in range(2)]
+  sub = [SubRecord("q", 0, 1, "task", "ctx", "rep", _trajectory(7))]
+  assert cache.load(4) is None
+  cache.write(4, ["q"], main, sub)
+  ids, main2, sub2 = cache.load(4)
+  assert ids == ["q"]
+  for a, b in zip(main + sub, main2 + sub2, strict=True):
+    _same_trajectory(a.trajectory, b.trajectory)
+  assert [r.correct for r in main2] == [0.0, 1.0]
+  assert math.isnan(sub2[0].expert)  # unscored fields survive as NaN
+  cache.write(5, ["q"], main, [])
+  cache.delete_before(5)
+  assert cache.load(4) is None and cache.load(5) is not None
+  cache.delete(5)
+  assert cache.load(5) is None
+
+
+def test_atomic_write_leaves_old_content_on_failure(tmp_path):
+  path = tmp_path / "f.json"
+  atomic_write(path, b"old")
+
+
+  with pytest.raises(TypeError):
+    atomic_write(path, object())  # fails while writing: nothing replaced, no temp left
+  assert path.read_bytes() == b"old"
+  assert [p.name for p in tmp_path.iterdir()] == ["f.json"]
+
+
+def test_sub_cache_orders_by_arrival_and_rewrites_idempotently(tmp_path):
+  cache = SubStepCache(tmp_path)
+  records = [SubRecord("q/1", k, i, "t", "", "r", _trajectory(10 * k + i))
+             for k in range(2) for i in range(2)]
+  arrivals = [(1, 0), (0, 1), (1, 1), (0, 0)]
+  for record, arrival in zip(records, arrivals, strict=True):
+    cache.put(3, record, arrival)
+  cache.put(3, records[0], (1, 0))  # the same call served again
+  (cache.step_dir(3) / ".x.json.tmp").write_bytes(b"{")  # an interrupted write is ignored
+  loaded = cache.load(3)
+  assert [a for a, _ in loaded] == sorted(arrivals)
+  assert [r.key for _, r in loaded] == [records[i].key for i in (3, 1, 0, 2)]
+  _same_trajectory(loaded[2][1].trajectory, records[0].trajectory)
+  cache.delete_before(4)
+  assert cache.load(3) == []
+
+
+def test_address_file_and_token(tmp_path, monkeypatch):
+  path = tmp_path / "service.json"
+  assert read_address(path) is None
+  atomic_write(path, encode_address(("127.0.0.1", 4321)))
+  assert read_address(path) == ("127.0.0.1", 4321)
+  path.write_text('{"host": "h"}')
+  with pytest.raises(ValueError, match="host and port"):
+    read_address(path)
+  assert service_token("") is None
+  monkeypatch.delenv("MGRPO_TEST_TOKEN", raising=False)
+  with pytest.raises(ValueError, match="MGRPO_TEST_TOKEN"):
+    service_token("MGRPO_TEST_TOKEN")
+  monkeypatch.setenv("MGRPO_TEST_TOKEN", "s3cret")
+  assert service_token("MGRPO_TEST_TOKEN") == "s3cret"
+
+
+def test_weight_versions_gate_and_evict():
+  versions = WeightVersions(keep=2)
+  assert versions.get(0) is None and versions.current == -1
+  versions.publish(0, "w0")
+  versions.publish(1, "w1")
+  assert versions.get(1) == "w1" and versions.get(0) == "w0"
+  assert versions.get(2) is None  # not ready: the caller retries
+  versions.publish(2, "w2")
+  with pytest.raises(LookupError, match="version 0"):
+    versions.get(0)
+  with pytest.raises(ValueError, match="not newer"):
+    versions.publish(2, "again")
+  assert versions.current == 2

@@ -1,0 +1,135 @@
+"""The step's pure math: R_M / A_M, S records -> rewards, alignment gather, advantages.
+
+References are straightforward numpy re-implementations of the paper's equations
+(population std, advantage 0 where a group's std is 0).
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+from mgrpo_jax.agents.records import END_FORMAT, END_RESULT, MainRecord, SubRecord, Trajectory
+from mgrpo_jax.core import alignment
+from mgrpo_jax.training import step_math
+
+WEIGHTS = step_math.RewardWeights()
+ADV = step_math.AdvantageConfig()
+
+
+def _trajectory(seed: int, ok: bool, length: int = 7) -> Trajectory:
+  rng = np.random.default_rng(seed)
+  mask = np.zeros(length, bool)
+  mask[3:] = True
+  logprobs = np.where(mask, -rng.random(length), 0.0).astype(np.float32)
+  return Trajectory(ids=rng.integers(0, 50, length).astype(np.int32), loss_mask=mask,
+                    logprobs=logprobs, roles=np.zeros(length, np.int32), messages=(),
+                    policy_version=0, format_ok=ok, error="", end=END_RESULT if ok else
+                    END_FORMAT, num_turns=1, tool_calls=(), final="x" if ok else None,
+                    wall_s=0.0)
+
+
+def _normalize(x: np.ndarray, valid: np.ndarray) -> np.ndarray:
+  out = np.zeros_like(x)
+  if valid.any():
+    mean, std = x[valid].mean(), x[valid].std()
+    if std > 0:
+      out[valid] = (x[valid] - mean) / std
+  return out
+
+
+def test_main_rewards_and_advantages_match_the_paper():
+  format_ok = np.array([[True, True, False, True], [True, False, True, True]])
+  correct = np.array([[1, 0, 1, 0], [0, 0, 0, 0]], np.float32)
+  r = step_math.main_rewards(format_ok, correct, WEIGHTS)
+  expected = np.where(format_ok, 0.1 + 0.9 * correct, 0.0)
+  np.testing.assert_allclose(r, expected, atol=1e-7)
+  adv = step_math.main_advantages(r, ADV)
+  for q in range(2):
+    np.testing.assert_allclose(adv[q], _normalize(expected[q], np.ones(4, bool)), atol=1e-6)
+
+
+def test_main_grid_reads_records_and_rejects_missing_rollouts():
+  records = [MainRecord("a", k, "main", _trajectory(k, k % 2 == 0), k, correct=float(k == 0))
+             for k in range(2)]
+  grid = step_math.main_grid(records, ["a"], 2)
+  np.testing.assert_array_equal(grid["num_sub_calls"], [[0, 1]])
+  np.testing.assert_array_equal(grid["format_ok"], [[True, False]])
+  with pytest.raises(KeyError, match=r"\('a', 2\)"):
+    step_math.main_grid(records, ["a"], 3)
+
+
+def _sub_records(counts: np.ndarray, query_ids):
+  records = []
+  for q, k in np.ndindex(*counts.shape):
+    for i in range(counts[q, k]):
+      seed = 100 * q + 10 * k + i
+      records.append(SubRecord(query_ids[q], k, i, "t", "", "r", _trajectory(seed, seed % 3 != 0),
+                               expert=(seed % 5) / 4.0))
+  return records
+
+
+def test_index_sub_records_names_a_missing_call():
+  counts = np.array([[2, 0, 1]])
+  records = _sub_records(counts, ["q0"])
+  indexed = step_math.index_sub_records(records, ["q0"], counts)
+  assert sorted(indexed) == [(0, 0, 0), (0, 0, 1), (0, 2, 0)]
+  with pytest.raises(KeyError, match=r"\('q0', 0, 1\)"):
+    step_math.index_sub_records(records[:1] + records[2:], ["q0"], counts)
+  with pytest.raises(KeyError, match="not among"):
+    step_math.index_sub_records(records, ["q0"], np.array([[1, 0, 1]]))
+
+
+@pytest.mark.parametrize("mode", ["duplicate_drop", "mask"])
+def test_aligned_sub_step_gathers_and_normalizes_per_query(mode):
+  counts = np.array([[3, 0, 1], [1, 2, 5]])
+  ids = ["q0", "q1"]
+  indexed = step_math.index_sub_records(_sub_records(counts, ids), ids, counts)
+  correct = np.array([[1, 0, 0], [0, 1, 1]], np.float32)
+  main_reward = np.where(correct > 0, 1.0, 0.1).astype(np.float32)
+  key = jax.random.key(7)
+  d = 4
+  out = step_math.aligned_sub_step(indexed, main_reward, correct, counts, num_slots=d, key=key,
+                                   mode=mode, weights=WEIGHTS, advantage=ADV, pad_id=0,
+                                   buckets=(16,))
+  index, valid = (np.asarray(x) for x in alignment.align_indices(counts, d, key, mode=mode))
+  reference = np.zeros(index.shape, np.float32)
+  for q, k, j in zip(*np.nonzero(valid), strict=True):
+    r = indexed[(q, k, index[q, k, j])]
+    ok = r.trajectory.format_ok
+    reference[q, k, j] = ok * (0.1 + 0.4 * correct[q, k] + 0.5 * r.expert)
+  np.testing.assert_allclose(out.rewards, reference.reshape(-1), atol=1e-6)
+  expected_adv = np.stack([_normalize(reference[q].reshape(-1), valid[q].reshape(-1))
+                           for q in range(2)])
+  np.testing.assert_allclose(out.advantages, expected_adv.reshape(-1), atol=1e-5)
+  np.testing.assert_array_equal(out.valid, valid.reshape(-1))
+  assert out.batch.ids.shape == (2 * 3 * d, 16)
+  for q, k, j in np.ndindex(*index.shape):
+    row = (q * 3 + k) * d + j
+    if valid[q, k, j]:
+      t = indexed[(q, k, index[q, k, j])].trajectory
+      np.testing.assert_array_equal(out.batch.ids[row, :len(t.ids)], t.ids)
+      np.testing.assert_array_equal(out.batch.old_logp[row, :len(t.ids)], t.logprobs)
+      assert out.batch.weights[row] == 1.0
+    else:
+      assert out.batch.weights[row] == 0.0 and out.batch.loss_mask[row].sum() == 0
+
+
+def test_arrival_grouping_is_fifo_in_groups_of_k_times_d():
+  counts = np.array([[3, 2], [1, 0]])
+  ids = ["q0", "q1"]
+  indexed = step_math.index_sub_records(_sub_records(counts, ids), ids, counts)
+  # Arrival order: by call index first (one delegation batch per M round).
+  order = sorted(indexed, key=lambda key: (key[2], key[0], key[1]))
+  correct = np.array([[1, 0], [0, 0]], np.float32)
+  out = step_math.arrival_sub_step([(k, indexed[k]) for k in order], correct, num_queries=2,
+                                   group_size=2, weights=WEIGHTS, advantage=ADV, pad_id=0,
+                                   buckets=(16,))
+  kept = order[:4]  # N = Q * G = 4 rows; the other 2 calls are dropped
+  reference = np.array([indexed[k].trajectory.format_ok * (
+      0.1 + 0.4 * correct[k[0], k[1]] + 0.5 * indexed[k].expert) for k in kept], np.float32)
+  np.testing.assert_allclose(out.rewards, reference, atol=1e-6)
+  groups = [_normalize(reference[g:g + 2], np.ones(2, bool)) for g in (0, 2)]
+  np.testing.assert_allclose(out.advantages, np.concatenate(groups), atol=1e-5)
+  assert out.num_calls == 6 and out.valid.all()
