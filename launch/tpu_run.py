@@ -5,6 +5,21 @@ r"""Runs M-GRPO training: the main agent's slice, the sub-agent's slice, or both
   python launch/tpu_run.py --slice=sub  --config=configs/default.py:paper --workdir=gs://b/run1
 
 --slice=all starts both slices on this machine, as two processes sharing the local store.
+
+Multi-host slices: every host of a slice runs the same command with
+--coordinator_address=auto (TPU pod slices: the hosts are found from the environment) or
+--coordinator_address=host:port --num_processes=P --process_id=i; the hosts then form one
+global mesh (mgrpo_jax/training/distributed.py).
+
+Memory planning without the hardware (docs/SCALING.md):
+
+  python launch/tpu_run.py --dry_run --slice=main --config.main.model.preset=qwen2_5_7b \
+      --config.main.mesh.fsdp=16 --config.main.mesh.tensor=4 --dry_run_hbm_gib=16
+
+prints, per agent, every parameter group's PartitionSpec and the per-device bytes of
+parameters, optimizer state, gradients, activations and KV cache on the config's
+<agent>.mesh shape, using abstract shapes only (no devices, nothing allocated).
+
 Config keys are overridden with --config.<key>=<value> (all keys: mgrpo_jax/config/spec.py);
 user components (e.g. a reward function) are injected with --gin_file/--gin_bindings
 (mgrpo_jax/plugins.py). A bad flag, config key or gin binding exits with status 2 and
@@ -65,6 +80,29 @@ _GIN_BINDINGS = flags.DEFINE_multi_string(
     "\"mgrpo_jax.plugins.main_reward_fn.fn = @my_reward\"; repeatable, applied after files.")
 _PRINT_CONFIG = flags.DEFINE_bool(
     "print_config", False, "Print the validated config and the gin bindings, then exit.")
+_DRY_RUN = flags.DEFINE_bool(
+    "dry_run", False,
+    "Plan memory instead of training: for each agent of --slice, build its train state "
+    "abstractly (jax.eval_shape) on a mesh of the config's <agent>.mesh.{data,fsdp,tensor} "
+    "shape, needing neither those devices nor any memory, print each parameter group's "
+    "PartitionSpec and the per-device bytes of parameters, optimizer state, gradients, "
+    "activations and KV cache, then exit.")
+_DRY_RUN_HBM_GIB = flags.DEFINE_float(
+    "dry_run_hbm_gib", 0.0,
+    "With --dry_run: the accelerator memory per chip in GiB to check the peaks against "
+    "(v5e 16, v4 32, v5p 95, H200 141); 0: no check.", lower_bound=0.0)
+_COORDINATOR_ADDRESS = flags.DEFINE_string(
+    "coordinator_address", "",
+    "Multi-host slices: '' (one process), 'auto' (jax.distributed.initialize() finds the "
+    "hosts, e.g. on a TPU pod slice) or host:port of process 0's coordinator; needs "
+    "--slice=main or --slice=sub.")
+_NUM_PROCESSES = flags.DEFINE_integer(
+    "num_processes", 1, "With --coordinator_address=host:port: processes (hosts) in the slice.",
+    lower_bound=1)
+_PROCESS_ID = flags.DEFINE_integer(
+    "process_id", 0,
+    "With --coordinator_address=host:port: this process's index in [0, --num_processes).",
+    lower_bound=0)
 
 def _parse_flags(argv: list[str]) -> list[str]:
   """absl flag parsing where any bad flag exits 2 with one line."""
@@ -94,6 +132,39 @@ def _load_config():
   return config
 
 
+def _distributed_config():
+  """The multi-host flags, checked together; a bad combination exits 2."""
+  from mgrpo_jax.training.distributed import DistributedConfig
+
+  try:
+    distributed = DistributedConfig(coordinator_address=_COORDINATOR_ADDRESS.value,
+                                    num_processes=_NUM_PROCESSES.value,
+                                    process_id=_PROCESS_ID.value)
+  except ValueError as e:
+    _fail(f"--coordinator_address/--num_processes/--process_id: {e}")
+  if distributed.mode != "single" and _SLICE.value == "all":
+    _fail("--coordinator_address needs --slice=main or --slice=sub: each agent's slice is "
+          "its own multi-host job")
+  return distributed
+
+
+def _dry_run(config) -> None:
+  """Prints the memory plan of each agent of --slice (no devices, nothing allocated)."""
+  import jax
+
+  # Abstract shapes only: never open (and hold) the accelerators of the host.
+  jax.config.update("jax_platforms", "cpu")
+  from mgrpo_jax.training.planner import format_plan, plan_from_config
+
+  roles = ("main", "sub") if _SLICE.value == "all" else (_SLICE.value,)
+  try:
+    plans = plan_from_config(config, roles)
+  except ValueError as e:
+    _fail(f"--dry_run: {e}")
+  sys.stdout.write("\n\n".join(format_plan(plan, _DRY_RUN_HBM_GIB.value) for plan in plans)
+                   + "\n")
+
+
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     _fail(f"unexpected arguments: {' '.join(argv[1:])}")
@@ -102,12 +173,19 @@ def main(argv: list[str]) -> None:
     parse_gin(_GIN_FILE.value, _GIN_BINDINGS.value)
   except Exception as e:  # gin reports parse and binding errors with several types
     _fail(f"gin: {e}")
+  distributed = _distributed_config()
   if _PRINT_CONFIG.value:
     import gin
 
     sys.stdout.write(str(config))
     sys.stdout.write("\n# gin bindings\n" + gin.config_str() + "\n")
     return
+  if _DRY_RUN.value:
+    _dry_run(config)
+    return
+  from mgrpo_jax.training.distributed import initialize
+
+  initialize(distributed)  # before any JAX computation, including imports that run one
   from mgrpo_jax.training import run_slice
 
   run_slice(_SLICE.value, config, _WORKDIR.value or f"runs/{config.experiment.run_id}")

@@ -18,7 +18,8 @@ def test_help_documents_every_flag():
   proc = run("--help")
   assert proc.returncode == 0
   for flag in ("--slice", "--config", "--workdir", "--gin_file", "--gin_bindings",
-               "--[no]print_config"):
+               "--[no]print_config", "--[no]dry_run", "--dry_run_hbm_gib",
+               "--coordinator_address", "--num_processes", "--process_id"):
     assert flag in proc.stdout, flag
   assert "<main|sub|all>" in proc.stdout
 
@@ -34,6 +35,14 @@ def test_help_documents_every_flag():
     (["--config=configs/default.py:nope"], "unknown preset 'nope'"),
     (["--gin_bindings=no_such.fn = 1"], "gin: No configurable matching 'no_such'"),
     (["stray"], "unexpected arguments: stray"),
+    (["--num_processes=0"], "flag --num_processes=0: 0 is not a positive integer"),
+    (["--process_id=-1"], "flag --process_id=-1: -1 is not a non-negative integer"),
+    (["--dry_run_hbm_gib=-1"], "flag --dry_run_hbm_gib=-1: -1.0 is not a non-negative"),
+    (["--coordinator_address=nohost"], "must be '', 'auto' or host:port, got 'nohost'"),
+    (["--num_processes=2"], "need an explicit coordinator_address host:port"),
+    (["--slice=main", "--coordinator_address=h:1", "--num_processes=2", "--process_id=2"],
+     "process_id must be in [0, num_processes=2), got 2"),
+    (["--coordinator_address=auto"], "--coordinator_address needs --slice=main or"),
 ])
 def test_bad_input_exits_2_with_one_line_naming_it(args, message):
   proc = run(*args, "--print_config")
@@ -50,3 +59,10 @@ def test_print_config_applies_preset_override_and_gin_binding():
   assert "rollouts_per_query: 8" in proc.stdout
   assert "learning_rate: 3.0e-06" in proc.stdout
   assert "sub_reward_fn.fn = None" in proc.stdout
+
+
+def test_dry_run_with_an_unknown_model_exits_2_naming_the_key():
+  proc = run("--dry_run", "--config.main.model.preset=no_such_model")
+  assert proc.returncode == 2, proc.stderr
+  lines = proc.stderr.strip().splitlines()
+  assert len(lines) == 1 and "main.model.preset: 'no_such_model' is neither" in lines[0]

@@ -1,0 +1,322 @@
+"""Dry-run memory planner: per-device bytes of an agent's train state on any mesh shape.
+
+Nothing is allocated and no device of that mesh is needed: the model and its AdamW
+state are built with `nnx.eval_shape` / `jax.eval_shape` on a
+`jax.sharding.AbstractMesh` (data, fsdp, tensor), the same logical rules as a real run
+(`mgrpo_jax.models.sharding`) give every array its `PartitionSpec`, and the bytes of a
+device are the sums of the shard shapes (`NamedSharding.shard_shape`). Shard shapes are
+equal on every device because a dimension is only split when its size divides.
+
+Per device, for an agent with L layers, hidden D, N query heads, K kv heads, head dim
+H, vocabulary V, activation dtype of b bytes, a = the activation rule's split of a
+dimension (rows over data*fsdp, heads and vocabulary over tensor when they divide):
+  parameters    sum of the parameters' shard bytes (float32 storage).
+  optimizer     AdamW mu and nu (sharded like their parameter) + the replicated
+                counters, train step and PRNG key.
+  gradients     one float32 copy of the parameters' shards (two with micro-batching:
+                the accumulator and the micro-batch's gradient).
+  activations   saved for the backward pass, as per-layer rematerialisation keeps them:
+                rows/a x T x D x L x b   (rows = micro-batch rows, T = sequence length).
+  attention     one layer's float32 scores, as `grouped_attention` materialises them:
+                rows/a x N/a x T x T x 4.
+  logits        one float32 [rows/a, T, V/a] copy (the log-prob computation).
+  kv cache      2 x L x K/a x H x context x decode_batch/a x b (rollouts; the
+                cache's rule: batch over data*fsdp, kv heads over tensor).
+  train peak    parameters + optimizer + gradients + activations + attention + logits.
+  rollout peak  parameters + optimizer + kv cache (the state stays resident).
+The activation lines are estimates (XLA's buffer assignment decides the real peak);
+the state lines are exact. The model does not rematerialise its blocks yet; until it
+does, the saved activations are several [rows, T, D] and [rows, T, F] tensors per layer,
+so that line is a floor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+import re
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from jax.sharding import AbstractMesh, NamedSharding, PartitionSpec
+
+from mgrpo_jax.models.config import PRESETS, ModelConfig, get_config
+from mgrpo_jax.models.kv_cache import init_cache
+from mgrpo_jax.models.sharding import (
+    HIDDEN_AXES,
+    LOGITS_AXES,
+    MESH_AXES,
+    activation_sharding,
+    kv_cache_shardings,
+    param_shardings,
+)
+from mgrpo_jax.models.transformer import Transformer
+from mgrpo_jax.training.mesh import MeshConfig
+from mgrpo_jax.training.optimizer import OptimizerConfig, make_optimizer
+from mgrpo_jax.training.train_state import TrainState
+
+ROLES = {"main": "main agent M", "sub": "sub-agent S"}
+_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+_GIB = 2**30
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Workload:
+  """The batch shapes one agent trains and decodes with.
+
+  Attributes:
+    train_rows: N, sequences per update (M: B*K rollouts; S: B*K*D sub-trajectories).
+    micro_batch_size: rows per micro-batch (0: all N at once).
+    seq_len: T, tokens per training sequence.
+    decode_batch: sequences decoded at once during rollouts.
+    context: KV-cache slots per decoded sequence.
+  """
+
+  train_rows: int
+  micro_batch_size: int = 0
+  seq_len: int
+  decode_batch: int
+  context: int
+
+  @property
+  def rows_per_pass(self) -> int:
+    """Rows of one forward/backward pass (a micro-batch, or the whole batch)."""
+    return self.micro_batch_size or self.train_rows
+
+
+@dataclasses.dataclass(frozen=True)
+class ParameterGroup:
+  """Parameters that share a name up to the layer index (`layers.*.mlp.up_proj.kernel`).
+
+  Attributes:
+    name: the parameter path with unrolled layer indices replaced by `*`.
+    count: parameters in the group (L for per-layer arrays, else 1).
+    shape: global shape of one of them.
+    spec: its PartitionSpec on the mesh.
+    shard_shape: the shape of its shard on one device.
+    bytes_per_device: bytes of all `count` shards on one device.
+  """
+
+  name: str
+  count: int
+  shape: tuple[int, ...]
+  spec: PartitionSpec
+  shard_shape: tuple[int, ...]
+  bytes_per_device: int
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryPlan:
+  """Per-device memory of one agent on one mesh (module docstring: the formulas)."""
+
+  role: str
+  model_name: str
+  model: ModelConfig
+  mesh: MeshConfig
+  workload: Workload
+  groups: tuple[ParameterGroup, ...]
+  parameters: int
+  optimizer: int
+  gradients: int
+  activations: int
+  attention: int
+  logits: int
+  kv_cache: int
+
+  @property
+  def train_peak(self) -> int:
+    return (self.parameters + self.optimizer + self.gradients + self.activations
+            + self.attention + self.logits)
+
+  @property
+  def rollout_peak(self) -> int:
+    return self.parameters + self.optimizer + self.kv_cache
+
+
+def abstract_mesh(config: MeshConfig) -> AbstractMesh:
+  """A (data, fsdp, tensor) mesh of `config`'s shape without devices."""
+  return AbstractMesh(config.shape, MESH_AXES)
+
+
+def shard_bytes(leaf: jax.ShapeDtypeStruct) -> int:
+  """Bytes one device holds of an array (shape, dtype and a `NamedSharding`)."""
+  shard = leaf.sharding.shard_shape(leaf.shape)
+  return int(np.prod(shard, dtype=np.int64)) * np.dtype(leaf.dtype).itemsize
+
+
+def tree_bytes_per_device(tree: Any) -> int:
+  """Sum of `shard_bytes` over a pytree of sharded `ShapeDtypeStruct`s."""
+  return sum(shard_bytes(leaf) for leaf in jax.tree.leaves(tree))
+
+
+def abstract_train_state(model_config: ModelConfig, tx: optax.GradientTransformation,
+                         mesh: AbstractMesh | jax.sharding.Mesh) -> TrainState:
+  """The `TrainState` a run would create, as sharded `ShapeDtypeStruct`s (no memory).
+
+  Shardings follow `create_train_state`: parameters by the model's logical rules, the
+  optimizer moments like their parameter, every other leaf replicated.
+  """
+  model = nnx.eval_shape(lambda: Transformer(model_config, rngs=nnx.Rngs(0)))
+  _, params = nnx.split(model, nnx.Param)
+  params_sharding = param_shardings(model, mesh, model_config.sharding_rules)
+  replicated = NamedSharding(mesh, PartitionSpec())
+  opt_abstract = jax.eval_shape(tx.init, params)
+  opt_sharding = optax.tree_map_params(tx, lambda _, sharding: sharding, opt_abstract,
+                                       params_sharding,
+                                       transform_non_params=lambda _: replicated)
+
+  def attach(leaf, sharding):
+    return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)
+
+  return TrainState(
+      step=jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated),
+      params=jax.tree.map(attach, params, params_sharding),
+      opt_state=jax.tree.map(attach, opt_abstract, opt_sharding),
+      rng=jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated))
+
+
+def _group_name(path: tuple[Any, ...]) -> str:
+  parts = []
+  for key in path:
+    name = getattr(key, "key", getattr(key, "name", getattr(key, "idx", key)))
+    if name == "value":  # the nnx.Variable wrapper
+      continue
+    parts.append(str(name))
+  return re.sub(r"(^|\.)layers\.\d+\.", r"\1layers.*.", ".".join(parts))
+
+
+def parameter_groups(params: Any) -> tuple[ParameterGroup, ...]:
+  """The sharded parameters of `abstract_train_state(...).params`, grouped by name."""
+  groups: dict[str, ParameterGroup] = {}
+  for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+    name = _group_name(path)
+    known = groups.get(name)
+    if known is None:
+      groups[name] = ParameterGroup(name, 1, tuple(leaf.shape), leaf.sharding.spec,
+                                    tuple(leaf.sharding.shard_shape(leaf.shape)),
+                                    shard_bytes(leaf))
+    else:
+      groups[name] = dataclasses.replace(
+          known, count=known.count + 1,
+          bytes_per_device=known.bytes_per_device + shard_bytes(leaf))
+  return tuple(groups.values())
+
+
+def _activation_bytes(axes: tuple[str, ...], shape: tuple[int, ...], mesh: AbstractMesh,
+                      dtype: Any) -> int:
+  sharding = activation_sharding(axes, shape, mesh)
+  return shard_bytes(jax.ShapeDtypeStruct(shape, dtype, sharding=sharding))
+
+
+def plan_memory(role: str, model_name: str, model_config: ModelConfig, mesh_config: MeshConfig,
+                tx: optax.GradientTransformation, workload: Workload) -> MemoryPlan:
+  """The per-device memory of one agent (module docstring: what each line counts)."""
+  mesh = abstract_mesh(mesh_config)
+  state = abstract_train_state(model_config, tx, mesh)
+  c, w = model_config, workload
+  parameters = tree_bytes_per_device(state.params)
+  grad_copies = 2 if w.micro_batch_size and w.micro_batch_size < w.train_rows else 1
+  gradients = grad_copies * sum(
+      shard_bytes(jax.ShapeDtypeStruct(p.shape, jnp.float32, sharding=p.sharding))
+      for p in jax.tree.leaves(state.params))
+  rows, t = w.rows_per_pass, w.seq_len
+  hidden = _activation_bytes(HIDDEN_AXES, (rows, t, c.hidden_size), mesh, c.dtype)
+  attention = _activation_bytes(("batch", "act_heads", "length", "length"),
+                                (rows, c.num_heads, t, t), mesh, jnp.float32)
+  logits = _activation_bytes(LOGITS_AXES, (rows, t, c.vocab_size), mesh, jnp.float32)
+  cache = jax.eval_shape(lambda: init_cache(c, w.decode_batch, w.context))
+  cache_sharding = kv_cache_shardings(cache, mesh)
+  kv_cache = sum(shard_bytes(jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s))
+                 for x, s in ((cache.k, cache_sharding.k), (cache.v, cache_sharding.v)))
+  return MemoryPlan(
+      role=role, model_name=model_name, model=c, mesh=mesh_config, workload=w,
+      groups=parameter_groups(state.params), parameters=parameters,
+      optimizer=tree_bytes_per_device(state.opt_state) + shard_bytes(state.step)
+      + shard_bytes(state.rng),
+      gradients=gradients, activations=hidden * c.num_layers, attention=attention,
+      logits=logits, kv_cache=kv_cache)
+
+
+def agent_model_config(agent: Any, role: str) -> tuple[str, ModelConfig]:
+  """(name, ModelConfig) of an agent section: a preset, a HF folder or a GGUF file."""
+  preset = str(agent["model"]["preset"])
+  overrides = dict(dtype=_DTYPES[str(agent["model"]["dtype"])],
+                   scan_layers=bool(agent["model"]["scan_layers"]))
+  if preset in PRESETS:
+    return preset, get_config(preset, **overrides)
+  path = pathlib.Path(preset)
+  if path.is_dir():
+    from mgrpo_jax.models.weights.safetensors import read_hf_config
+    return path.name, read_hf_config(path, **overrides)
+  if path.is_file():
+    from mgrpo_jax.models.weights.gguf import gguf_config, open_gguf
+    return path.name, gguf_config(open_gguf(path), str(path), **overrides)
+  raise ValueError(f"{role}.model.preset: {preset!r} is neither a preset "
+                   f"({', '.join(sorted(PRESETS))}) nor an existing folder or GGUF file")
+
+
+def agent_workload(config: Any, role: str) -> Workload:
+  """The batch shapes of `role` ("main" or "sub") from a run config (paper B, K, D)."""
+  mgrpo, agent = config["mgrpo"], config[role]
+  rollouts = int(mgrpo["queries_per_step"]) * int(mgrpo["rollouts_per_query"])
+  rows = rollouts if role == "main" else rollouts * int(mgrpo["aligned_sub_calls"])
+  context = int(agent["limits"]["max_context"])
+  return Workload(train_rows=rows, micro_batch_size=int(agent["optim"]["micro_batch_size"]),
+                  seq_len=context, decode_batch=rollouts, context=context)
+
+
+def plan_from_config(config: Any, roles: tuple[str, ...] = ("main", "sub")
+                     ) -> list[MemoryPlan]:
+  """One `MemoryPlan` per agent of a run config, on the meshes its `<role>.mesh` names."""
+  plans = []
+  for role in roles:
+    if role not in ROLES:
+      raise ValueError(f"unknown agent role {role!r}; known: {sorted(ROLES)}")
+    agent = config[role]
+    name, model_config = agent_model_config(agent, role)
+    optim = OptimizerConfig.from_config(agent["optim"],
+                                        total_steps=int(config["experiment"]["num_steps"]))
+    plans.append(plan_memory(role, name, model_config, MeshConfig.from_config(agent["mesh"]),
+                             make_optimizer(optim), agent_workload(config, role)))
+  return plans
+
+
+def _spec_text(spec: PartitionSpec) -> str:
+  return "P(" + ", ".join(repr(axis) for axis in spec) + ")"
+
+
+def format_plan(plan: MemoryPlan, hbm_gib: float = 0.0) -> str:
+  """The plan as text tables: parameter groups, then the memory lines per device."""
+  m, w = plan.mesh, plan.workload
+  lines = [
+      f"{ROLES[plan.role]} ({plan.role}): {plan.model_name}, "
+      f"{plan.model.num_params:,} parameters ({np.dtype(plan.model.param_dtype).name}), "
+      f"activations {np.dtype(plan.model.dtype).name}",
+      f"mesh data={m.data} fsdp={m.fsdp} tensor={m.tensor} ({m.size} devices); "
+      f"train {w.train_rows} rows x {w.seq_len} tokens (micro-batch {w.rows_per_pass}), "
+      f"decode {w.decode_batch} x {w.context} slots",
+      "",
+      f"{'parameter group':<34} {'count':>5}  {'global shape':<18} {'PartitionSpec':<24} "
+      f"{'shard shape':<16} {'bytes/device':>15}",
+  ]
+  for g in plan.groups:
+    lines.append(f"{g.name:<34} {g.count:>5}  {str(g.shape):<18} {_spec_text(g.spec):<24} "
+                 f"{str(g.shard_shape):<16} {g.bytes_per_device:>15,}")
+  rows = [("parameters", plan.parameters), ("optimizer state", plan.optimizer),
+          ("gradients", plan.gradients), ("activations (saved)", plan.activations),
+          ("attention scores (1 layer)", plan.attention), ("logits", plan.logits),
+          ("kv cache", plan.kv_cache), ("train peak", plan.train_peak),
+          ("rollout peak", plan.rollout_peak)]
+  lines += ["", f"{'memory per device':<34} {'bytes':>17} {'GiB':>10}"]
+  lines += [f"{name:<34} {value:>17,} {value / _GIB:>10.3f}" for name, value in rows]
+  if hbm_gib > 0:
+    worst = max(plan.train_peak, plan.rollout_peak)
+    verdict = "fits" if worst <= hbm_gib * _GIB else "does NOT fit"
+    lines.append(f"{'peak vs ' + format(hbm_gib, 'g') + ' GiB HBM':<34} "
+                 f"{worst / (hbm_gib * _GIB):>16.1%}  {verdict}")
+  return "\n".join(lines)
+

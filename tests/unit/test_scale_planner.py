@@ -1,0 +1,161 @@
+"""The dry-run memory planner: abstract per-device bytes against real sharded arrays."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+from mgrpo_jax.config import base_config
+from mgrpo_jax.models import get_config, init_cache, init_model
+from mgrpo_jax.models.sharding import shard_kv_cache
+from mgrpo_jax.training import (
+    MeshConfig,
+    OptimizerConfig,
+    create_mesh,
+    create_train_state,
+    make_optimizer,
+)
+from mgrpo_jax.training.planner import (
+    Workload,
+    agent_model_config,
+    format_plan,
+    plan_from_config,
+    plan_memory,
+)
+
+CONFIG = get_config("tiny", qkv_bias=True, tie_embeddings=False)
+TX = make_optimizer(OptimizerConfig())
+WORKLOAD = Workload(train_rows=8, seq_len=16, decode_batch=8, context=32)
+
+
+def _device0_bytes(tree) -> int:
+  """Bytes of a pytree's shards that live on device 0 (really allocated)."""
+  device = jax.devices()[0]
+  return sum(shard.data.nbytes for leaf in jax.tree.leaves(tree)
+             for shard in leaf.addressable_shards if shard.device == device)
+
+
+@pytest.mark.parametrize("shape", [(8, 1, 1), (2, 4, 1), (2, 2, 2), (1, 2, 4)])
+def test_planned_bytes_match_the_allocated_sharded_state(shape):
+  mesh_config = MeshConfig(data=shape[0], fsdp=shape[1], tensor=shape[2])
+  plan = plan_memory("main", "tiny", CONFIG, mesh_config, TX, WORKLOAD)
+  state, _ = create_train_state(init_model(CONFIG, seed=0), TX, create_mesh(mesh_config),
+                                seed=0)
+  real_params = _device0_bytes(state.params)
+  real_other = _device0_bytes((state.opt_state, state.step, state.rng))
+  assert plan.parameters == pytest.approx(real_params, rel=0.05)
+  assert plan.optimizer == pytest.approx(real_other, rel=0.05)
+  assert plan.parameters == real_params  # identical shard shapes: exact
+  full = sum(x.nbytes for x in jax.tree.leaves(state.params))
+  if shape[1] * shape[2] > 1:
+    assert real_params < 0.6 * full, "the check must see a sharded state"
+  # Every group's PartitionSpec is the one the real layer-0 array carries.
+  real_specs = {".".join(str(getattr(k, "key", getattr(k, "name", k))) for k in path
+                         if getattr(k, "name", None) != "value"): leaf.sharding.spec
+                for path, leaf in jax.tree_util.tree_leaves_with_path(state.params)}
+  for group in plan.groups:
+    name = group.name.replace("*", "0")
+    assert group.spec == real_specs[name], name
+    assert group.count == (CONFIG.num_layers if "*" in group.name else 1)
+
+  cache = shard_kv_cache(init_cache(CONFIG, WORKLOAD.decode_batch, WORKLOAD.context),
+                         create_mesh(mesh_config))
+  assert plan.kv_cache == _device0_bytes((cache.k, cache.v))
+
+
+def test_scanned_model_plan_matches_too():
+  config = CONFIG.replace(scan_layers=True)
+  mesh_config = MeshConfig(data=1, fsdp=4, tensor=2)
+  plan = plan_memory("sub", "tiny", config, mesh_config, TX, WORKLOAD)
+  state, _ = create_train_state(init_model(config, seed=0), TX, create_mesh(mesh_config),
+                                seed=0)
+  assert plan.parameters == _device0_bytes(state.params)
+  assert plan.optimizer == pytest.approx(_device0_bytes((state.opt_state, state.step,
+                                                         state.rng)), rel=0.05)
+  assert {g.count for g in plan.groups} == {1}  # one stacked array per parameter kind
+
+
+def test_activation_lines_follow_the_documented_formulas():
+  # (2, 2, 2): rows 8 / (data * fsdp) = 2 per device; 8 heads / tensor = 4; vocab / 2.
+  plan = plan_memory("main", "tiny", CONFIG, MeshConfig(data=2, fsdp=2, tensor=2), TX,
+                     WORKLOAD)
+  c = CONFIG
+  assert plan.activations == 2 * 16 * c.hidden_size * c.num_layers * 4
+  assert plan.attention == 2 * (c.num_heads // 2) * 16 * 16 * 4
+  assert plan.logits == 2 * 16 * (c.vocab_size // 2) * 4
+  assert plan.kv_cache == 2 * c.num_layers * (c.num_kv_heads // 2) * c.head_dim * 32 * 2 * 4
+  assert plan.gradients == plan.parameters  # float32 params, no micro-batching
+  micro = plan_memory("main", "tiny", CONFIG, MeshConfig(data=2, fsdp=2, tensor=2), TX,
+                      Workload(train_rows=8, micro_batch_size=4, seq_len=16, decode_batch=8,
+                               context=32))
+  assert micro.gradients == 2 * plan.parameters
+  assert micro.activations == plan.activations // 2  # 4 rows per pass: 1 per device
+  assert plan.train_peak == (plan.parameters + plan.optimizer + plan.gradients
+                             + plan.activations + plan.attention + plan.logits)
+
+
+def _qwen7b_param_bytes_per_device(fsdp: int, tensor: int) -> int:
+  """Qwen2.5-7B float32 params per device when every dimension divides (by hand)."""
+  v, d, layers, f, q, kv = 152064, 3584, 28, 18944, 28 * 128, 4 * 128
+  matrices = 2 * v * d + layers * (2 * d * q + 2 * d * kv + 3 * d * f)
+  biases = layers * (q + 2 * kv)          # split over tensor only
+  norms = (2 * layers + 1) * d            # replicated
+  return 4 * (matrices // (fsdp * tensor) + biases // tensor + norms)
+
+
+@pytest.mark.parametrize("mesh_shape", [(1, 16, 4), (4, 4, 4), (1, 64, 1)])
+def test_qwen2_5_7b_on_64_chips_without_devices_or_allocation(mesh_shape):
+  assert len(jax.devices()) <= 8
+  live_before = sum(x.nbytes for x in jax.live_arrays())
+  data, fsdp, tensor = mesh_shape
+  config = base_config()
+  config.main.model.preset = "qwen2_5_7b"
+  config.main.model.dtype = "bfloat16"
+  config.main.mesh.data, config.main.mesh.fsdp, config.main.mesh.tensor = mesh_shape
+  config.main.limits.max_context = 4096
+  (plan,) = plan_from_config(config, ("main",))
+  assert sum(x.nbytes for x in jax.live_arrays()) - live_before < 2**20
+
+  total = get_config("qwen2_5_7b").num_params * 4
+  assert plan.parameters == _qwen7b_param_bytes_per_device(fsdp, tensor)
+  assert plan.parameters == pytest.approx(total / (fsdp * tensor), rel=5e-3)  # + norms, biases
+  # AdamW: mu and nu like the params, plus two int32 step counters (Adam's, the schedule's).
+  assert plan.optimizer - 2 * plan.parameters in range(0, 64)
+  # B*K = 16 decode rows split over data*fsdp when it divides them, else replicated.
+  rows = 16 // (data * fsdp) if 16 % (data * fsdp) == 0 else 16
+  kv_heads = 4 // tensor
+  assert plan.kv_cache == 2 * 28 * kv_heads * 128 * 4096 * rows * 2
+  groups = {g.name: g for g in plan.groups}
+  down = groups["layers.*.mlp.down_proj.kernel"]
+  assert down.count == 28 and down.shape == (18944, 3584)
+  assert down.shard_shape == (18944 // tensor, 3584 // fsdp)
+
+
+def test_format_plan_prints_specs_and_the_hbm_verdict():
+  plan = plan_memory("main", "tiny", CONFIG, MeshConfig(data=2, fsdp=2, tensor=2), TX,
+                     WORKLOAD)
+  text = format_plan(plan, hbm_gib=16)
+  assert "layers.*.attn.q_proj.kernel" in text and "P('fsdp', 'tensor')" in text
+  assert f"{plan.parameters:,}" in text and "fits" in text
+  assert "does NOT fit" in format_plan(plan, hbm_gib=1e-6)
+
+
+def test_config_workloads_follow_b_k_d():
+  config = base_config()
+  config.mgrpo.queries_per_step, config.mgrpo.rollouts_per_query = 3, 4
+  config.mgrpo.aligned_sub_calls = 5
+  config.sub.optim.micro_batch_size = 6
+  main, sub = plan_from_config(config)
+  assert (main.workload.train_rows, main.workload.decode_batch) == (12, 12)
+  assert (sub.workload.train_rows, sub.workload.rows_per_pass) == (60, 6)
+  assert sub.workload.seq_len == config.sub.limits.max_context
+  assert sub.gradients == 2 * sub.parameters
+
+
+def test_unknown_preset_names_the_key():
+  agent = base_config().main
+  agent.model.preset = "no_such_model"
+  with pytest.raises(ValueError, match=r"main\.model\.preset: 'no_such_model' is neither"):
+    agent_model_config(agent, "main")
+  assert np.dtype(agent_model_config(base_config().sub, "sub")[1].dtype) == np.float32
