@@ -150,10 +150,6 @@ def _distributed_config():
 
 def _dry_run(config) -> None:
   """Prints the memory plan of each agent of --slice (no devices, nothing allocated)."""
-  import jax
-
-  # Abstract shapes only: never open (and hold) the accelerators of the host.
-  jax.config.update("jax_platforms", "cpu")
   from mgrpo_jax.training.planner import format_plan, plan_from_config
 
   roles = ("main", "sub") if _SLICE.value == "all" else (_SLICE.value,)
@@ -169,11 +165,23 @@ def main(argv: list[str]) -> None:
   if len(argv) > 1:
     _fail(f"unexpected arguments: {' '.join(argv[1:])}")
   config = _load_config()
+  distributed = _distributed_config()
+  planning_only = _PRINT_CONFIG.value or _DRY_RUN.value
+  if planning_only:
+    import jax
+
+    # Abstract shapes only: never open (and hold) the accelerators of the host.
+    jax.config.update("jax_platforms", "cpu")
+  else:
+    from mgrpo_jax.training.distributed import initialize
+
+    initialize(distributed)  # before any JAX computation, including imports that run one
+  import mgrpo_jax.training  # registers the trainers' gin-configurable components
+
   try:
     parse_gin(_GIN_FILE.value, _GIN_BINDINGS.value)
   except Exception as e:  # gin reports parse and binding errors with several types
     _fail(f"gin: {e}")
-  distributed = _distributed_config()
   if _PRINT_CONFIG.value:
     import gin
 
@@ -183,12 +191,8 @@ def main(argv: list[str]) -> None:
   if _DRY_RUN.value:
     _dry_run(config)
     return
-  from mgrpo_jax.training.distributed import initialize
-
-  initialize(distributed)  # before any JAX computation, including imports that run one
-  from mgrpo_jax.training import run_slice
-
-  run_slice(_SLICE.value, config, _WORKDIR.value or f"runs/{config.experiment.run_id}")
+  mgrpo_jax.training.run_slice(_SLICE.value, config,
+                               _WORKDIR.value or f"runs/{config.experiment.run_id}")
 
 
 if __name__ == "__main__":
