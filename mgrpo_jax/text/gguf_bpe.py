@@ -21,7 +21,12 @@ from collections.abc import Sequence
 import tokenizers
 from tokenizers import decoders, models, pre_tokenizers, processors
 
-from mgrpo_jax.text.tokenizer import TokenizerFileError, UnknownTokenError, check_id_range
+from mgrpo_jax.text.tokenizer import (
+  SpecialIdsMixin,
+  TokenizerFileError,
+  UnknownTokenError,
+  check_id_range,
+)
 
 TOKENIZER_JSON = "tokenizer.json"
 SPECIAL_IDS_JSON = "special_ids.json"
@@ -147,7 +152,7 @@ def build_byte_level_bpe(vocab: GGUFVocab) -> tokenizers.Tokenizer:
   return backend
 
 
-class GGUFTokenizer:
+class GGUFTokenizer(SpecialIdsMixin):
   """The `Tokenizer` protocol over a byte-level BPE read from a GGUF file."""
 
   def __init__(self, backend: tokenizers.Tokenizer, *, bos_id: int | None,
@@ -202,22 +207,6 @@ class GGUFTokenizer:
       raise TokenizerFileError(
           f"{special_json} must be a JSON object with bos_id, eos_id and pad_id: {e}") from e
     return cls(backend, **ids)
-
-  @property
-  def vocab_size(self) -> int:
-    return self._vocab_size
-
-  @property
-  def bos_id(self) -> int | None:
-    return self._bos_id
-
-  @property
-  def eos_id(self) -> int | None:
-    return self._eos_id
-
-  @property
-  def pad_id(self) -> int | None:
-    return self._pad_id
 
   def encode(self, text: str) -> list[int]:
     return self._backend.encode(text, add_special_tokens=False).ids

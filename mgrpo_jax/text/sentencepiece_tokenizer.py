@@ -26,7 +26,12 @@ from collections.abc import Iterable, Sequence
 
 import sentencepiece as spm
 
-from mgrpo_jax.text.tokenizer import TokenizerFileError, UnknownTokenError, check_id_range
+from mgrpo_jax.text.tokenizer import (
+  SpecialIdsMixin,
+  TokenizerFileError,
+  UnknownTokenError,
+  check_id_range,
+)
 
 MODEL_FILE = "tokenizer.model"
 CHATML_SPECIALS = ("<|im_start|>", "<|im_end|>")
@@ -61,7 +66,7 @@ def _trainer_args(vocab_size: int, user_defined_symbols: Sequence[str], model_ty
   )
 
 
-class SentencePieceTokenizer:
+class SentencePieceTokenizer(SpecialIdsMixin):
   """The `Tokenizer` protocol over a SentencePiece model."""
 
   def __init__(self, model_proto: bytes, *, source: str = "<in memory>"):
@@ -135,22 +140,6 @@ class SentencePieceTokenizer:
   def model_proto(self) -> bytes:
     """The serialized model (what `save` writes)."""
     return self._proto
-
-  @property
-  def vocab_size(self) -> int:
-    return self._vocab_size
-
-  @property
-  def bos_id(self) -> int | None:
-    return self._bos_id
-
-  @property
-  def eos_id(self) -> int | None:
-    return self._eos_id
-
-  @property
-  def pad_id(self) -> int | None:
-    return self._pad_id
 
   def encode(self, text: str) -> list[int]:
     segments = text.split(_SPACE_SYMBOL)

@@ -63,3 +63,29 @@ def check_id_range(token_id: int, vocab_size: int) -> int:
   if not 0 <= token_id < vocab_size:
     raise UnknownTokenError(f"token id {token_id} is outside the vocabulary [0, {vocab_size})")
   return token_id
+
+
+class SpecialIdsMixin:
+  """`vocab_size`, `bos_id`, `eos_id` and `pad_id` read from the attributes a tokenizer sets
+  in its constructor (`_vocab_size`, `_bos_id`, `_eos_id`, `_pad_id`)."""
+
+  _vocab_size: int
+  _bos_id: int | None
+  _eos_id: int | None
+  _pad_id: int | None
+
+  @property
+  def vocab_size(self) -> int:
+    return self._vocab_size
+
+  @property
+  def bos_id(self) -> int | None:
+    return self._bos_id
+
+  @property
+  def eos_id(self) -> int | None:
+    return self._eos_id
+
+  @property
+  def pad_id(self) -> int | None:
+    return self._pad_id
