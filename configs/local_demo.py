@@ -22,7 +22,7 @@ OVERRIDES = {
     "mgrpo.aligned_sub_calls": 4,
     "mgrpo.max_sub_calls": 4,
     "serving.deadline_s": 60.0,
-    "logging.tensorboard": False,
+    "logging.tensorboard": True,
 }
 for _agent in ("main", "sub"):
   OVERRIDES.update({
