@@ -93,7 +93,7 @@ def wait_for_sub_ack(store, key: str, client: RemoteSubAgentClient, timeout: flo
   deadline = time.monotonic() + timeout
   while not store.exists(key):
     if time.monotonic() > deadline:
-      raise StoreTimeoutError(f"waited {timeout:g}s for the sub slice's {key}")
+      raise StoreTimeoutError([key], timeout, "the store (the sub slice's acknowledgement)")
     client.status()  # raises ServiceUnavailableError once unreachable past its deadline
     time.sleep(0.1)
 

@@ -1,0 +1,46 @@
+"""The main slice's wait for the sub slice's acknowledgement: found, timed out, or down."""
+
+import socket
+
+import pytest
+
+from mgrpo_jax.serving.remote_client import RemoteSubAgentClient
+from mgrpo_jax.serving.rpc import RpcServer, ServiceUnavailableError
+from mgrpo_jax.store import StoreTimeoutError, open_store
+from mgrpo_jax.training.main_trainer import wait_for_sub_ack
+
+KEY = "runs/r/step_00000000/ack_sub"
+
+
+@pytest.fixture
+def live_service():
+  server = RpcServer({"status": lambda payload: {"version": 0}}).start()
+  yield server.address
+  server.stop()
+
+
+def _client(address, deadline_s=2.0):
+  return RemoteSubAgentClient(lambda: address, describe=f"{address[0]}:{address[1]}",
+                              deadline_s=deadline_s)
+
+
+def test_returns_once_the_ack_exists(tmp_path, live_service):
+  store = open_store(str(tmp_path))
+  store.put(KEY, b"{}")
+  wait_for_sub_ack(store, KEY, _client(live_service), timeout=5.0)
+
+
+def test_times_out_naming_the_missing_ack(tmp_path, live_service):
+  store = open_store(str(tmp_path))
+  with pytest.raises(StoreTimeoutError, match="ack_sub") as info:
+    wait_for_sub_ack(store, KEY, _client(live_service), timeout=0.3)
+  assert info.value.missing == (KEY,)
+
+
+def test_fails_naming_the_address_when_the_service_is_down(tmp_path):
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    address = s.getsockname()
+  store = open_store(str(tmp_path))
+  with pytest.raises(ServiceUnavailableError, match=f"127.0.0.1:{address[1]}"):
+    wait_for_sub_ack(store, KEY, _client(address, deadline_s=0.5), timeout=60.0)
