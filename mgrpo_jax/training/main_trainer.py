@@ -50,6 +50,7 @@ from mgrpo_jax.training.slice_common import (
   RunPaths,
   Timer,
   check_config,
+  describe_steps,
   log,
   make_registry,
   metrics_writer,
@@ -168,7 +169,7 @@ def run_main_slice(config, workdir: str) -> None:
   schedule = learning_rate_schedule(trainer.optim)
   updates = {}
   writer = metrics_writer(paths, "main", config)
-  log(f"main slice: mode={mode} steps {start}..{num_steps - 1} B={num_queries} "
+  log(f"main slice: mode={mode} {describe_steps(start, num_steps)} B={num_queries} "
       f"K={num_rollouts} store={paths.store_uri}")
 
   for step in range(start, num_steps):

@@ -85,6 +85,13 @@ def log(message: str) -> None:
   sys.stdout.flush()
 
 
+def describe_steps(start: int, num_steps: int) -> str:
+  """"steps 3..9" for the steps a slice will run, or why it runs none."""
+  if start >= num_steps:
+    return f"all {num_steps} steps are done (a new run needs a new workdir or run_id)"
+  return f"steps {start}..{num_steps - 1}"
+
+
 class Timer:
   """Accumulates wall seconds per phase: `with timer("update"): ...`."""
 

@@ -43,6 +43,7 @@ from mgrpo_jax.training.slice_common import (
   RunPaths,
   Timer,
   check_config,
+  describe_steps,
   log,
   make_registry,
   metrics_writer,
@@ -143,7 +144,8 @@ def run_sub_slice(config, workdir: str) -> None:
                           token=service_token(str(config.serving.token_env))).start()
   atomic_write(paths.local / "sub" / "service.json", encode_address(server.address))
   host, port = server.address
-  log(f"sub slice: mode={mode} serving S on {host}:{port}, steps {start}..{num_steps - 1}")
+  log(f"sub slice: mode={mode} serving S on {host}:{port}, "
+      f"{describe_steps(start, num_steps)}")
 
   buckets = (int(config.sub.limits.max_context),)  # one T: one compiled update per run
   schedule = learning_rate_schedule(trainer.optim)
