@@ -1,0 +1,171 @@
+"""Warm start: noisy-oracle demonstrations, SFT through the policy update, its checkpoint."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from mgrpo_jax.agents import AgentLimits, RolloutConfig
+from mgrpo_jax.agents.tools import SearchIndex, default_registry
+from mgrpo_jax.models import get_config, init_model, token_logprobs
+from mgrpo_jax.tasks import pages, questions, world
+from mgrpo_jax.tasks.oracle.noise import MainNoise, SubNoise
+from mgrpo_jax.text import SentencePieceTokenizer
+from mgrpo_jax.training import (
+  MeshConfig,
+  OptimizerConfig,
+  agent_setup,
+  create_mesh,
+  create_train_state,
+  make_optimizer,
+  make_update_fn,
+  warm_start,
+)
+from mgrpo_jax.training.batching import TokenSequence
+from mgrpo_jax.training.checkpoint import AgentCheckpointer
+from mgrpo_jax.training.update import UpdateConfig
+
+BUCKETS = (1024, 1536)
+TAIL = 384
+CONFIG = RolloutConfig(main=AgentLimits(max_turns=24, context_tokens=8192, max_new_tokens=128),
+                       sub=AgentLimits(max_turns=6, context_tokens=8192, max_new_tokens=128))
+OPTIM = OptimizerConfig(learning_rate=1e-2, eps=1e-6, warmup_steps=1)
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+  w = world.generate_world("tiny", 11)
+  page_list = pages.render_pages(w)
+  registry = default_registry(SearchIndex.from_pages(page_list))
+  qs = questions.synthesize(w, 16, stage=2, seed=2, id_prefix="b")
+  tokenizer = SentencePieceTokenizer.train([p.text for p in page_list] + [q.text for q in qs],
+                                           tmp_path_factory.mktemp("spm"), 800)
+  demos = warm_start.collect_demonstrations(tokenizer, registry, CONFIG, qs)
+  return registry, qs, tokenizer, demos
+
+
+def _tail(seq, length=TAIL):
+  """The last `length` tokens of a demonstration (most of its sampled turns): fast on CPU."""
+  mask = np.array(seq.loss_mask[-length:])
+  mask[0] = 0.0
+  return TokenSequence(seq.ids[-length:], mask, seq.logp[-length:])
+
+
+def _model(tokenizer, seed=0):
+  return init_model(get_config("tiny", vocab_size=tokenizer.vocab_size,
+                               max_seq_len=max(BUCKETS)), seed=seed)
+
+
+def _state(tokenizer, tx=None, seed=0):
+  mesh = create_mesh(MeshConfig())
+  return create_train_state(_model(tokenizer, seed), tx or make_optimizer(OPTIM), mesh, seed=0)
+
+
+def test_demonstrations_are_the_records_sampled_tokens(env):
+  registry, qs, tokenizer, demos = env
+  assert len(demos.main) == len(qs)
+  assert len(demos.sub) >= len(qs)
+  for seq in demos.main + demos.sub:
+    assert seq.loss_mask[0] == 0 and 0 < seq.loss_mask.sum() < len(seq)
+    np.testing.assert_array_equal(seq.logp, 0.0)  # oracle "log-probs" are 0
+  # The last sampled run of each M trajectory is its answer turn, ending with EOS.
+  for seq in demos.main:
+    assert seq.ids[np.flatnonzero(seq.loss_mask)[-1]] == tokenizer.eos_id
+  # The noise is systematic and present: a clean oracle gives other trajectories.
+  clean = warm_start.collect_demonstrations(
+    tokenizer, registry, CONFIG, qs, main_noise=MainNoise(rate=0.0),
+    sub_noise=SubNoise(rate=0.0))
+  noisy_ids = [s.ids.tolist() for s in demos.main]
+  clean_ids = [s.ids.tolist() for s in clean.main]
+  assert sum(a != b for a, b in zip(noisy_ids, clean_ids, strict=True)) >= 1
+  # Deterministic: the same call gives the same tokens.
+  again = warm_start.collect_demonstrations(tokenizer, registry, CONFIG, qs)
+  assert [s.ids.tolist() for s in again.sub] == [s.ids.tolist() for s in demos.sub]
+
+
+def _last_turn(seq):
+  """The ids of the last sampled run (the answer turn)."""
+  sampled = np.flatnonzero(seq.loss_mask)
+  start = sampled[-1]
+  while start - 1 in sampled:
+    start -= 1
+  return seq.ids[start:sampled[-1] + 1].tolist()
+
+
+def test_single_agent_demonstrations_inline_the_sub_agent(env):
+  registry, qs, tokenizer, demos = env
+  single = warm_start.collect_demonstrations(tokenizer, registry, CONFIG, qs,
+                                             mode="single_agent")
+  assert len(single.main) == len(qs) and single.sub == []
+  # Same oracles, same systematic mistakes: the same final answers as M with S.
+  answers = [_last_turn(s) for s in demos.main]
+  assert [_last_turn(s) for s in single.main] == answers
+  assert len({tuple(a) for a in answers}) >= len(qs) // 2  # not one constant answer
+  texts = [tokenizer.decode(seq.ids[seq.loss_mask > 0].tolist()) for seq in single.main]
+  assert not any('"name": "delegate"' in t for t in texts)
+  assert sum('"name": "visit"' in t for t in texts) >= len(qs) // 2  # S's visits, inlined
+  main_texts = [tokenizer.decode(seq.ids[seq.loss_mask > 0].tolist()) for seq in demos.main]
+  assert sum('"name": "delegate"' in t for t in main_texts) >= len(qs) // 2
+  with pytest.raises(ValueError, match="mode must be one of"):
+    warm_start.collect_demonstrations(tokenizer, registry, CONFIG, qs, mode="frozen_sub")
+
+
+def test_sft_update_gradient_equals_direct_nll_gradient(env):
+  _, _, tokenizer, demos = env
+  rows = 4
+  state, layout = _state(tokenizer, tx=optax.sgd(1.0))
+  before = jax.tree.map(np.asarray, state.params)
+  batch = warm_start.sft_batches([_tail(s) for s in demos.sub[:3]], warm_start.SFTConfig(
+    batch_rows=rows, buckets=(TAIL,)), epoch=0)[0]
+  assert batch.weights.tolist() == [1, 1, 1, 0]  # one empty padding row
+
+  def direct_nll(params):
+    logp = token_logprobs(nnx.merge(layout.graphdef, params), jnp.asarray(batch.ids))
+    mask = jnp.asarray(batch.loss_mask)
+    return -jnp.sum(logp * mask) / jnp.sum(mask)
+
+  expected = jax.jit(jax.grad(direct_nll))(state.params)
+  expected = jax.tree.map(np.asarray, expected)
+  update = make_update_fn(layout, warm_start.sft_update_config(), rows)
+  state, metrics = update(state, batch)
+  got = jax.tree.map(lambda a, b: a - np.asarray(b), before, state.params)  # lr 1 SGD
+  assert float(metrics["ratio_min"]) == 1.0 and float(metrics["ratio_max"]) == 1.0
+  flat_got, flat_expected = jax.tree.leaves(got), jax.tree.leaves(expected)
+  assert len(flat_got) == len(flat_expected)
+  for g, e in zip(flat_got, flat_expected, strict=True):
+    np.testing.assert_allclose(g, e, rtol=2e-3, atol=2e-6)
+  assert max(float(np.abs(e).max()) for e in flat_expected) > 1e-3  # not trivially 0
+
+
+def test_sft_lowers_nll_and_saves_a_restorable_checkpoint(env, tmp_path):
+  _, _, tokenizer, demos = env
+  # A small slice keeps it fast: the tails of 8 S demonstrations, 2 batches per epoch.
+  sequences = [_tail(s) for s in demos.sub[:8]]
+  config = warm_start.SFTConfig(epochs=4, batch_rows=4, buckets=(TAIL,), seed=1)
+  state, layout = _state(tokenizer)
+  directory = str(tmp_path / "warm" / "sub")
+  state, metrics = warm_start.sft(state, layout, sequences, config, checkpoint_dir=directory)
+  nll = metrics["nll"]
+  assert len(nll) == config.epochs + 1
+  assert metrics["steps"] == config.epochs * 2
+  assert nll[-1] < 0.7 * nll[0], nll
+  assert all(b < a for a, b in zip(nll, nll[1:], strict=False)), nll  # every epoch helps
+  assert nll[0] > 5.0  # about log(800) at init
+  # The checkpoint restores bitwise into a fresh state of the same layout...
+  fresh, fresh_layout = _state(tokenizer, seed=7)
+  restored, meta = AgentCheckpointer(directory, fresh_layout).restore()
+  assert agent_setup.tree_equal(restored.params, state.params)
+  assert int(restored.step) == metrics["steps"]
+  np.testing.assert_allclose(meta["warm_start"]["nll"], nll)
+  # ... and the RL trainers' `model.init_checkpoint` path accepts it.
+  trainer = agent_setup.AgentTrainer(fresh, fresh_layout, UpdateConfig(), OPTIM)
+  assert not agent_setup.tree_equal(trainer.state.params, state.params)
+  agent_setup.restore_init_params(trainer, directory)
+  assert agent_setup.tree_equal(trainer.state.params, state.params)
+  assert int(trainer.state.step) == 0
+  assert warm_start.demonstration_nll(trainer.state, fresh_layout, sequences,
+                                      config) == pytest.approx(nll[-1], rel=1e-5)
