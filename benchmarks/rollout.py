@@ -32,17 +32,16 @@ from mgrpo_jax.agents import (
   OraclePolicy,
   RolloutConfig,
   SamplerPolicy,
-  TurnOutput,
   make_controller,
-  protocol,
   specs,
 )
+from mgrpo_jax.agents.thinking_oracle import ThinkingOraclePolicy
 from mgrpo_jax.agents.tools import SearchIndex, default_registry
 from mgrpo_jax.models import get_config, init_model
 from mgrpo_jax.sampling import Sampler, SamplerConfig
 from mgrpo_jax.tasks import pages, questions, world
 from mgrpo_jax.tasks.oracle import OracleMainAgent, OracleSubAgent
-from mgrpo_jax.text import DEFAULT_USER_DEFINED_SYMBOLS, SentencePieceTokenizer
+from mgrpo_jax.text import SentencePieceTokenizer
 
 K = 4
 THINKING_TOKENS = 16
@@ -53,32 +52,6 @@ SUB_SPEC = dataclasses.replace(specs.SUB, system="Tools: search(query), visit(pa
 ORACLE_CONFIG = RolloutConfig(
   main=AgentLimits(max_turns=12, context_tokens=4096, max_new_tokens=256),
   sub=AgentLimits(max_turns=6, context_tokens=4096, max_new_tokens=256))
-
-
-class ThinkingOracle:
-  """Oracle actions with `THINKING_TOKENS` thinking ids sampled by the model."""
-
-  def __init__(self, model_policy, oracle, tokenizer):
-    self.model = model_policy
-    self.oracle = OraclePolicy(oracle, tokenizer)
-    self.version = 0
-    self.special = {tokenizer.token_to_id(s) for s in DEFAULT_USER_DEFINED_SYMBOLS}
-    self.think_open = tokenizer.token_to_id(protocol.THINK_OPEN)
-    self.think_close = tokenizer.token_to_id(protocol.THINK_CLOSE)
-
-  def generate(self, requests, max_new_tokens, key):
-    thoughts = self.model.generate(requests, THINKING_TOKENS, key)
-    actions = self.oracle.generate(requests, max_new_tokens, key)
-    outputs = []
-    for thought, action in zip(thoughts, actions, strict=True):
-      ids = thought.ids.tolist()
-      cut = next((i for i, t in enumerate(ids) if t in self.special), len(ids))
-      tail = action.ids.tolist()
-      ids = [self.think_open] + ids[:cut] + tail[tail.index(self.think_close):]
-      logprobs = np.zeros(len(ids), np.float32)
-      logprobs[1:1 + cut] = thought.logprobs[:cut]
-      outputs.append(TurnOutput(np.asarray(ids, np.int32), logprobs, "eos"))
-    return outputs
 
 
 def _setup(world_size: str):
@@ -102,8 +75,9 @@ def _controller(kind, registry, tokenizer, model_policy):
     main = sub = Agent(model_policy, tokenizer)
     config = CONFIG
   elif kind == "thinking":
-    main = Agent(ThinkingOracle(model_policy, OracleMainAgent(), tokenizer), tokenizer)
-    sub = Agent(ThinkingOracle(model_policy, OracleSubAgent(), tokenizer), tokenizer)
+    main, sub = (Agent(ThinkingOraclePolicy(model_policy, oracle, tokenizer,
+                                            thinking_tokens=THINKING_TOKENS), tokenizer)
+                 for oracle in (OracleMainAgent(), OracleSubAgent()))
     config = ORACLE_CONFIG
   else:
     main = Agent(OraclePolicy(OracleMainAgent(), tokenizer), tokenizer)

@@ -12,7 +12,6 @@ and determinism in every mode.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 
 import numpy as np
 import pytest
@@ -25,18 +24,17 @@ from mgrpo_jax.agents import (
   OraclePolicy,
   RolloutConfig,
   SamplerPolicy,
-  TurnOutput,
   make_controller,
   records,
   specs,
 )
+from mgrpo_jax.agents.thinking_oracle import ThinkingOraclePolicy
 from mgrpo_jax.agents.tools import SearchIndex, default_registry
 from mgrpo_jax.models import get_config, init_model
 from mgrpo_jax.sampling import Sampler, SamplerConfig
 from mgrpo_jax.tasks import pages, questions, world
 from mgrpo_jax.tasks.oracle import OracleMainAgent, OracleSubAgent
 from mgrpo_jax.text import (
-  DEFAULT_USER_DEFINED_SYMBOLS,
   GENERATION_PROMPT_TEXT,
   IM_END,
   SentencePieceTokenizer,
@@ -67,43 +65,18 @@ def env(tmp_path_factory):
   return registry, qs, tokenizer, SamplerPolicy(sampler)
 
 
-class ThinkingOracle:
-  """Oracle actions with model-sampled thinking; some turns are the raw model sample."""
+class LoggingPolicy:
+  """`ThinkingOraclePolicy` that logs each turn's prompt ids and output, with version 7."""
 
-  def __init__(self, model_policy, oracle, tokenizer, garbage_rate, seed):
-    self.model = model_policy
-    self.oracle = OraclePolicy(oracle, tokenizer)
+  def __init__(self, inner):
+    self.inner = inner
     self.version = 7
-    self.garbage_rate, self.seed = garbage_rate, seed
-    self.special = {tokenizer.token_to_id(s) for s in DEFAULT_USER_DEFINED_SYMBOLS}
-    self.think_open = tokenizer.token_to_id("<thinking>")
-    self.think_close = tokenizer.token_to_id("</thinking>")
     self.log = {}  # request key -> [(prompt ids, TurnOutput)]
 
-  def _garbage(self, request) -> bool:
-    text = f"{self.seed}/{request.key}/{len(request.history)}".encode()
-    return int(hashlib.sha256(text).hexdigest(), 16) % 1000 < 1000 * self.garbage_rate
-
   def generate(self, requests, max_new_tokens, key):
-    thoughts = self.model.generate(requests, min(THINKING_TOKENS, max_new_tokens), key)
-    actions = self.oracle.generate(requests, max_new_tokens, key)
-    outputs = []
-    for request, thought, action in zip(requests, thoughts, actions, strict=True):
-      if self._garbage(request):
-        out = thought
-      else:
-        ids = thought.ids.tolist()
-        cut = next((i for i, t in enumerate(ids) if t in self.special), len(ids))
-        tail = action.ids.tolist()[action.ids.tolist().index(self.think_close):]
-        ids = [self.think_open] + ids[:cut] + tail
-        logprobs = np.zeros(len(ids), np.float32)
-        logprobs[1:1 + cut] = thought.logprobs[:cut]
-        reason = "eos"
-        if len(ids) > max_new_tokens:
-          ids, logprobs, reason = ids[:max_new_tokens], logprobs[:max_new_tokens], "length"
-        out = TurnOutput(np.asarray(ids, np.int32), logprobs, reason)
+    outputs = self.inner.generate(requests, max_new_tokens, key)
+    for request, out in zip(requests, outputs, strict=True):
       self.log.setdefault(request.key, []).append((request.prompt_ids.copy(), out))
-      outputs.append(out)
     return outputs
 
 
@@ -144,8 +117,9 @@ def test_token_in_token_out(env, seed, num_queries, k, garbage_rate):
   registry, qs, tokenizer, model_policy = env
   rng = np.random.default_rng(seed)
   tasks = [qs[i] for i in rng.choice(len(qs), num_queries, replace=False)]
-  main = ThinkingOracle(model_policy, OracleMainAgent(), tokenizer, garbage_rate, seed)
-  sub = ThinkingOracle(model_policy, OracleSubAgent(), tokenizer, garbage_rate, seed)
+  main, sub = (LoggingPolicy(ThinkingOraclePolicy(
+      model_policy, oracle, tokenizer, thinking_tokens=THINKING_TOKENS,
+      garbage_rate=garbage_rate, seed=seed)) for oracle in (OracleMainAgent(), OracleSubAgent()))
   controller = make_controller("mgrpo", Agent(main, tokenizer), registry, CONFIG,
                                sub=Agent(sub, tokenizer), main_spec=MAIN_SPEC,
                                sub_spec=SUB_SPEC)
