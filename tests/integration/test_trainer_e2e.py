@@ -4,14 +4,19 @@ The slices run the tiny models of configs/local_demo.py with a policy mix
 (`trainer_policy_mix.ThinkingOracle`: model-sampled thinking, oracle actions) so that M
 delegates, S reports and rewards and advantages are not all 0. The resumed run is
 killed at named points of the step protocol (`MGRPO_FAULT`: during M's rollouts, after
-outcomes, during S's update) and restarted with the same command each time; its final
-checkpoints must equal the uninterrupted run's bitwise.
+outcomes, during S's update), and separately at seeded random times (either slice), and
+restarted with the same command each time; its final checkpoints must equal the
+uninterrupted run's bitwise.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import pathlib
+import random
+import signal
+import time
 
 import numpy as np
 import orbax.checkpoint as ocp
@@ -116,3 +121,36 @@ def test_resume_after_sigkill_equals_uninterrupted_run(reference, tmp_path):
   for step in range(NUM_STEPS):
     assert store.get(outcomes_key(RUN_ID, step)) == open_store(
         str(reference[0] / "store")).get(outcomes_key(RUN_ID, step))
+
+
+def _kill_one_slice_at(workdir, delay_s: float, victim: str) -> int:
+  """Starts the run, SIGKILLs `victim`'s process after `delay_s`; returns the parent's status."""
+  parent = trainer_harness.start(workdir, f"--config.experiment.num_steps={NUM_STEPS}",
+                                 slice_name="all")
+  pid_file = pathlib.Path(workdir) / "launch" / f"{victim}.pid"
+  deadline = time.monotonic() + delay_s
+  while time.monotonic() < deadline and parent.poll() is None:
+    time.sleep(0.1)
+  if parent.poll() is None and pid_file.exists():
+    try:
+      os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    except ProcessLookupError:  # the slice had just finished
+      pass
+  parent.communicate(timeout=300)
+  return parent.returncode
+
+
+def test_resume_after_sigkill_at_random_times_equals_uninterrupted_run(reference, tmp_path):
+  workdir = tmp_path / "run"
+  rng = random.Random(20261129)
+  statuses = [_kill_one_slice_at(workdir, rng.uniform(8.0, 40.0), rng.choice(["main", "sub"]))
+              for _ in range(2)]
+  result = launch(workdir)
+  assert result.returncode == 0, result.stdout[-4000:]
+  assert any(status != 0 for status in statuses), "no kill landed before the run finished"
+  for role in ("main", "sub"):
+    _, ref = checkpoint_arrays(reference[0], role)
+    _, got = checkpoint_arrays(workdir, role)
+    assert sorted(got) == sorted(ref)
+    for name in ref:
+      np.testing.assert_array_equal(got[name], ref[name], err_msg=f"{role} {name}")
