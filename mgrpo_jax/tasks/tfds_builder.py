@@ -29,17 +29,7 @@ VERSION = tfds.core.Version("1.0.0")
 @dataclasses.dataclass
 class WorldConfig(tfds.core.BuilderConfig):
   """A `datasets.WorldSpec` as a TFDS builder config."""
-  world: str = "tiny"
-  seed: int = 0
-  test_seed: int = 1
-  num_train: int = 400
-  num_validation: int = 50
-  num_test: int = 100
-
-  @property
-  def spec(self) -> datasets_lib.WorldSpec:
-    return datasets_lib.WorldSpec(self.world, self.seed, self.test_seed, self.num_train,
-                                  self.num_validation, self.num_test)
+  spec: datasets_lib.WorldSpec = dataclasses.field(default_factory=datasets_lib.WorldSpec)
 
 
 def world_config(world: str | int = "tiny", seed: int = 0, test_seed: int | None = None,
@@ -47,15 +37,11 @@ def world_config(world: str | int = "tiny", seed: int = 0, test_seed: int | None
   """Config "<world>_seed<seed>" (test seed defaults to seed + 1); other test seeds or
   question counts add "_t<test seed>_n<train>-<validation>-<test>" to the name."""
   test_seed = seed + 1 if test_seed is None else test_seed
-  config = WorldConfig(name="", version=VERSION, world=str(world), seed=seed,
-                       test_seed=test_seed, **counts)
+  spec = datasets_lib.WorldSpec(str(world), seed, test_seed, **counts)
   name = f"{world}_seed{seed}"
-  default = WorldConfig(name="", world=str(world), seed=seed, test_seed=seed + 1)
-  if (config.test_seed, config.num_train, config.num_validation, config.num_test) != (
-      default.test_seed, default.num_train, default.num_validation, default.num_test):
-    name += (f"_t{test_seed}_n{config.num_train}-{config.num_validation}-"
-             f"{config.num_test}")
-  return dataclasses.replace(config, name=name)
+  if spec != datasets_lib.WorldSpec(str(world), seed, seed + 1):
+    name += f"_t{test_seed}_n{spec.num_train}-{spec.num_validation}-{spec.num_test}"
+  return WorldConfig(name=name, version=VERSION, spec=spec)
 
 
 def make_builder(cls, config: WorldConfig, data_dir: str):
