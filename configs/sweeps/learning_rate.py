@@ -1,0 +1,21 @@
+"""A small learning-rate sweep: main x sub learning rate x 2 seeds = 8 runs.
+
+  python launch/sweep.py --sweep=configs/sweeps/learning_rate.py --only=mlr0.001-slr0.001-s0
+
+Runs are named mlr<main lr>-slr<sub lr>-s<seed>; the run name is also experiment.run_id.
+"""
+
+from mgrpo_jax.config.sweep import Sweep, axis, grid
+
+LEARNING_RATES = (1e-3, 3e-4)
+SEEDS = (0, 1)
+
+
+def get_sweep() -> Sweep:
+  return Sweep(
+      name="learning_rate",
+      base_config="configs/local_demo.py",
+      runs=grid(axis("main.optim.learning_rate", LEARNING_RATES, label="mlr{:g}"),
+                axis("sub.optim.learning_rate", LEARNING_RATES, label="slr{:g}"),
+                axis("experiment.seed", SEEDS, label="s{}")),
+  )
