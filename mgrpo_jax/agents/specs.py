@@ -110,6 +110,28 @@ SINGLE = AgentSpec(
   "a research agent: answer the question with search, visit and reason",
   "the final answer", "The Question is: {task}")
 SPECS = {spec.role: spec for spec in (MAIN, SUB, SINGLE)}
+SYSTEM_STYLES = ("full", "short")
+_SHORT = ("{who}. Tools: {tools}. Each turn: <thinking>...</thinking> then one "
+          "<tool_call>{{\"name\": tool, \"arguments\": {{...}}}}</tool_call> or "
+          "<result>{result}</result>.")
+
+
+def short_system_prompt(spec: AgentSpec) -> str:
+  """The protocol and tool names in one line: prompts of a few dozen tokens."""
+  tools = ", ".join(f"{t.name}({', '.join(t.parameters['properties'])})" for t in spec.tools)
+  return _SHORT.format(who=spec.who.split(":")[0].capitalize(), tools=tools, result=spec.result)
+
+
+def spec_for(role: str, system: str = "full") -> AgentSpec:
+  """The spec of `role` with the "full" (released code) or "short" system prompt."""
+  if role not in SPECS:
+    raise ValueError(f"unknown agent role {role!r}; expected one of {sorted(SPECS)}")
+  if system not in SYSTEM_STYLES:
+    raise ValueError(f"prompts.system must be one of {SYSTEM_STYLES}, got {system!r}")
+  spec = SPECS[role]
+  if system == "short":
+    return dataclasses.replace(spec, system=short_system_prompt(spec))
+  return spec
 
 
 def _longest_string(value) -> int:

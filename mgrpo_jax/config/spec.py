@@ -125,6 +125,35 @@ SPEC: dict[str, Any] = {
                                       "world's corpus (models without their own tokenizer).",
                                       low=300),
     },
+    "prompts": {
+        "system": Field("full", "System prompts: the released code's (protocol plus the tools "
+                        "as JSON) or a short one naming the tools (small models, CPU demos).",
+                        choices=("full", "short")),
+    },
+    "tools": {
+        "search_top_n": Field(5, "Hits a search returns.", low=1, high=50),
+        "visit_chars": Field(1500, "Characters of a page a visit returns at most.", low=50),
+    },
+    "warm_start": {
+        "enabled": Field(False, "Stage 1 before RL (`--slice=all`): supervised fine-tuning of "
+                         "each trained agent on noisy-oracle demonstrations."),
+        "num_questions": Field(300, "Training questions the noisy oracles demonstrate.", low=1),
+        "epochs": Field(8, "Passes over the demonstrations.", low=1),
+        "batch_rows": Field(16, "Sequences per supervised update.", low=1),
+        "learning_rate": Field(3e-3, "Peak AdamW learning rate of the warm start.", low=0.0,
+                               high=1.0),
+        "main_noise_rate": Field(0.6, "Rate of M's (and the single agent's) systematic "
+                                 "mistakes in the demonstrations.", low=0.0, high=1.0),
+        "sub_noise_rate": Field(0.6, "Rate of S's systematic mistakes in the demonstrations.",
+                                low=0.0, high=1.0),
+    },
+    "eval": {
+        "enabled": Field(False, "Evaluate on the held-out test world before and after RL "
+                         "(`--slice=all`), with plots and a summary table."),
+        "num_questions": Field(100, "Test questions evaluated (of the configured stage).",
+                               low=1),
+        "samples": Field(2, "Rollouts per test question (accuracy is their mean).", low=1),
+    },
     "mgrpo": {
         "queries_per_step": Field(2, "B: queries per RL step.", low=1),
         "rollouts_per_query": Field(8, "K: rollouts (group size) per query.", low=2),

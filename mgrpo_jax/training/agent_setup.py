@@ -35,10 +35,11 @@ from mgrpo_jax.sampling import Sampler, SamplerConfig, SamplingParams
 from mgrpo_jax.tasks import datasets as datasets_lib
 from mgrpo_jax.tasks.pages import render_pages
 from mgrpo_jax.text import SentencePieceTokenizer
-from mgrpo_jax.training.checkpoint import AgentCheckpointer
+from mgrpo_jax.training.checkpoint import restore_params
 from mgrpo_jax.training.files import file_lock
 from mgrpo_jax.training.mesh import MeshConfig, create_mesh
 from mgrpo_jax.training.optimizer import OptimizerConfig, make_optimizer
+from mgrpo_jax.training.slice_common import make_registry
 from mgrpo_jax.training.train_state import StateLayout, TrainState, create_train_state
 from mgrpo_jax.training.update import UpdateConfig
 
@@ -72,7 +73,8 @@ def world_tokenizer(root: str | pathlib.Path, config) -> SentencePieceTokenizer:
     spec = datasets_lib.WorldSpec(world.size, int(world.seed), int(world.test_seed))
     corpus = [p.text for p in render_pages(train_world)]
     corpus += [q.text for _, q in datasets_lib.split_questions(spec, "train")]
-    corpus += [s.system_prompt() for s in (specs.MAIN, specs.SUB, specs.SINGLE)]
+    corpus += [specs.spec_for(role, style).system_prompt()
+               for role in ("main", "sub", "single") for style in specs.SYSTEM_STYLES]
     tokenizer = SentencePieceTokenizer.train(corpus, folder / "tmp",
                                              int(world.tokenizer_vocab_size))
     (folder / "tmp" / "tokenizer.model").replace(folder / "tokenizer.model")
@@ -117,6 +119,19 @@ def rollout_config(config) -> RolloutConfig:
   """Limits of M (or the single agent) and of each S call, and d_max of delegations."""
   return RolloutConfig(main=agent_limits(config.main), sub=agent_limits(config.sub),
                        max_sub_calls=int(config.mgrpo.max_sub_calls))
+
+
+def agent_specs(config) -> tuple[specs.AgentSpec, specs.AgentSpec]:
+  """(M's or the single agent's spec, S's spec) with `prompts.system`'s system prompts."""
+  style = str(config.prompts.system)
+  main_role = "single" if config.experiment.mode == "single_agent" else "main"
+  return specs.spec_for(main_role, style), specs.spec_for("sub", style)
+
+
+def tool_registry(world_path: pathlib.Path, config, *, world: str = "train_world"):
+  """search / visit / reason over one built world, sized by `tools.*`."""
+  return make_registry(world_path, world=world, top_n=int(config.tools.search_top_n),
+                       visit_budget=int(config.tools.visit_chars))
 
 
 def sampler_policy(model, tokenizer, agent, *, version: int = 0) -> SamplerPolicy:
@@ -164,15 +179,20 @@ def create_agent_state(model, agent, role: str, config) -> AgentTrainer:
   return AgentTrainer(state, layout, update_config, optim)
 
 
-def restore_init_params(trainer: AgentTrainer, directory: str) -> None:
-  """Replaces the initial params by those of the latest checkpoint in `directory`."""
-  restored = AgentCheckpointer(directory, trainer.layout).restore()
-  if restored is None:
-    raise FileNotFoundError(f"model.init_checkpoint {directory!r} holds no checkpoint")
-  params = restored[0].params
+def restore_init_params(trainer: AgentTrainer, directory: str) -> dict[str, Any]:
+  """Replaces the initial params (and the reference policy's) by those saved in `directory`.
+
+  `directory` holds a parameter checkpoint (`checkpoint.save_params`, e.g. a warm start);
+  the optimizer state stays fresh. Returns the checkpoint's metadata.
+  """
+  try:
+    params, metadata = restore_params(directory, trainer.layout.abstract.params)
+  except FileNotFoundError as e:
+    raise FileNotFoundError(f"model.init_checkpoint {directory!r}: {e}") from None
   ref = trainer.state.ref_params
   trainer.state = trainer.state.replace(
       params=params, ref_params=None if ref is None else jax.tree.map(jnp.copy, params))
+  return metadata
 
 
 def params_copy(state: TrainState):

@@ -138,3 +138,38 @@ class AgentCheckpointer:
 
   def __exit__(self, *exc: object) -> None:
     self.close()
+
+
+def save_params(directory: str | os.PathLike[str], params: Any, *,
+                metadata: dict[str, Any] | None = None) -> None:
+  """Saves a parameter tree alone (initial weights, e.g. a warm start) and waits for it.
+
+  Unlike an `AgentCheckpointer` state, the tree holds no optimizer or reference policy,
+  so any run of the same model shape can start from it (`restore_params`).
+  """
+  options = ocp.CheckpointManagerOptions(max_to_keep=1, enable_async_checkpointing=False,
+                                         create=True)
+  with ocp.CheckpointManager(_resolve(directory), options=options) as manager:
+    manager.save(0, args=ocp.args.Composite(params=ocp.args.StandardSave(params),
+                                            metadata=ocp.args.JsonSave(dict(metadata or {}))),
+                 force=True)
+    manager.wait_until_finished()
+
+
+def restore_params(directory: str | os.PathLike[str], abstract_params: Any
+                   ) -> tuple[Any, dict[str, Any]]:
+  """(params, metadata) saved by `save_params`, placed as `abstract_params` says.
+
+  Args:
+    directory: the folder given to `save_params`.
+    abstract_params: a tree of `jax.ShapeDtypeStruct`s with shardings (e.g.
+      `layout.abstract.params`); a shape mismatch raises orbax's error naming the leaf.
+  """
+  path = _resolve(directory)
+  with ocp.CheckpointManager(path) as manager:
+    step = manager.latest_step()
+    if step is None:
+      raise FileNotFoundError(f"{path} holds no parameter checkpoint")
+    restored = manager.restore(step, args=ocp.args.Composite(
+        params=ocp.args.StandardRestore(abstract_params), metadata=ocp.args.JsonRestore()))
+  return restored.params, dict(restored.metadata)

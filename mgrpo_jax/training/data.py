@@ -69,10 +69,10 @@ def task_source(world_path: str | os.PathLike[str], world, split: str = "train")
   return builder.as_data_source()[split]
 
 
-def load_questions(world_path: str | os.PathLike[str], world, stage: str
-                   ) -> list[Question]:
-  """The train questions of `stage` ("stage1" / "stage2"), in dataset order."""
-  source = task_source(world_path, world)
+def load_questions(world_path: str | os.PathLike[str], world, stage: str,
+                   split: str = "train") -> list[Question]:
+  """The questions of one split and `stage` ("stage1" / "stage2"), in dataset order."""
+  source = task_source(world_path, world, split)
   wanted = STAGES[stage]
   return [_decode(source[i]) for i in range(len(source)) if int(source[i]["stage"]) == wanted]
 

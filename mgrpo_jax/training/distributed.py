@@ -24,13 +24,25 @@ devices of this process hold, so each host runs the rollout controller on those 
 only and `global_batch` assembles the global [N, ...] arrays without any transfer
 between hosts. With a batch replicated over the mesh (pure tensor parallelism), every
 process holds all rows.
+
+What the trainers use (`main_trainer.py`, `sub_trainer.py`):
+  rollout_queries(sharding, B, K)   the queries this process samples (each on one process)
+  allgather_bytes / broadcast_bytes / broadcast_arrays
+                                    host data between processes (records, the S batch)
+  shard_host_batch(batch, shardings)  global arrays from a batch every process holds,
+                                    each process feeding only its rows
+  local_replica(params, shardings)  a copy of global parameters on this process's
+                                    devices, for a sampler that runs per process
+Every one of them is collective where it says so: all processes call it, in the same
+order, or the slice hangs.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
+import io
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import jax
@@ -122,22 +134,24 @@ def barrier(name: str) -> None:
     multihost_utils.sync_global_devices(name)
 
 
-def process_rows(sharding: Sharding, global_shape: tuple[int, ...]) -> slice:
-  """The rows [start, stop) of a `global_shape` array that this process's devices hold.
+def process_rows(sharding: Sharding, global_shape: tuple[int, ...],
+                 process_index: int | None = None) -> slice:
+  """The rows [start, stop) of a `global_shape` array that a process's devices hold.
 
   Args:
     sharding: the array's sharding on the (global) mesh, e.g. `batch_sharding(...)`.
     global_shape: [N, ...], the global array's shape.
+    process_index: the process (default: this one).
 
   Returns:
     A slice of the N rows; all N rows when the leading axis is not sharded.
 
   Raises:
-    ValueError: when this process's rows are not one contiguous block (a mesh whose
+    ValueError: when the process's rows are not one contiguous block (a mesh whose
       device order interleaves processes along the batch axes).
   """
   num_rows = global_shape[0]
-  me = jax.process_index()
+  me = jax.process_index() if process_index is None else process_index
   blocks = set()
   for device, index in sharding.devices_indices_map(tuple(global_shape)).items():
     if device.process_index == me:
@@ -193,3 +207,114 @@ def global_batch(local: Any, shardings: Any, num_rows: int) -> Any:
     return jax.make_array_from_process_local_data(sharding, x, (num_rows,) + x.shape[1:])
 
   return jax.tree.map(one, local, shardings)
+
+
+def assign_queries(rows_by_process: Sequence[slice], process: int,
+                   rollouts_per_query: int) -> slice:
+  """The queries [start, stop) that `process` rolls out, from every process's rows.
+
+  Pure rule behind `rollout_queries`: a process's queries are those whose K rollouts
+  are its rows; processes holding the same rows share those queries out in contiguous
+  blocks, in process order, so each query is rolled out by exactly one process.
+
+  Args:
+    rows_by_process: the rows [start, stop) of the [B*K] batch each process holds.
+    process: the process asking.
+    rollouts_per_query: K.
+
+  Raises:
+    ValueError: when the rows split a group of K rollouts, or when a process would get
+      no query (more processes hold the same rows than those rows hold queries).
+  """
+  k = rollouts_per_query
+  rows = rows_by_process[process]
+  if rows.start % k or rows.stop % k:
+    raise ValueError(f"process {process} holds rollouts [{rows.start}, {rows.stop}), which "
+                     f"split the groups of K={k}; use B*K/processes divisible by K")
+  holders = [p for p, other in enumerate(rows_by_process) if other == rows]
+  first, count = rows.start // k, (rows.stop - rows.start) // k
+  if count < len(holders):
+    raise ValueError(f"queries [{first}, {first + count}) are held by processes {holders}: "
+                     "fewer queries than processes; shard the batch over the processes or "
+                     f"use more queries per step")
+  part = holders.index(process)
+  return slice(first + count * part // len(holders), first + count * (part + 1) // len(holders))
+
+
+def rollout_queries(sharding: Sharding, num_queries: int, rollouts_per_query: int) -> slice:
+  """The queries this process runs rollouts for, each query on one process (collective-free).
+
+  Args:
+    sharding: the sharding of a per-row [B*K] array on the global mesh.
+    num_queries: B.
+    rollouts_per_query: K.
+
+  Raises:
+    ValueError: as `assign_queries`.
+  """
+  shape = (num_queries * rollouts_per_query,)
+  rows = [process_rows(sharding, shape, p) for p in range(jax.process_count())]
+  return assign_queries(rows, jax.process_index(), rollouts_per_query)
+
+
+def allgather_bytes(payload: bytes) -> list[bytes]:
+  """Every process's `payload`, in process order (collective: all processes call it)."""
+  if jax.process_count() == 1:
+    return [payload]
+  data = np.frombuffer(payload, np.uint8)
+  sizes = np.asarray(multihost_utils.process_allgather(np.int32(data.size))).reshape(-1)
+  padded = np.zeros(max(int(sizes.max()), 1), np.uint8)
+  padded[:data.size] = data
+  gathered = np.asarray(multihost_utils.process_allgather(padded))
+  return [gathered[p, :int(size)].tobytes() for p, size in enumerate(sizes)]
+
+
+def broadcast_bytes(payload: bytes | None) -> bytes:
+  """Process 0's `payload` on every process (collective; others may pass None)."""
+  if jax.process_count() == 1:
+    return payload if payload is not None else b""
+  data = np.frombuffer(payload if is_writer() and payload is not None else b"", np.uint8)
+  size = int(multihost_utils.broadcast_one_to_all(np.int32(data.size)))
+  buffer = np.zeros(max(size, 1), np.uint8)
+  buffer[:data.size] = data
+  return np.asarray(multihost_utils.broadcast_one_to_all(buffer))[:size].tobytes()
+
+
+def shard_host_batch(full: Any, shardings: Any) -> Any:
+  """Global arrays from a host batch that every process holds in full.
+
+  Each process feeds only its rows (`process_rows` of each leaf's sharding) to
+  `jax.make_array_from_process_local_data`; the rest of its copy is not transferred.
+
+  Args:
+    full: a pytree of host arrays [N, ...], identical on every process.
+    shardings: a matching pytree of shardings on the global mesh.
+  """
+
+  def one(x, sharding):
+    x = np.asarray(x)
+    rows = process_rows(sharding, x.shape)
+    return jax.make_array_from_process_local_data(sharding, x[rows], x.shape)
+
+  return jax.tree.map(one, full, shardings)
+
+
+def local_replica(tree: Any, shardings: Any) -> Any:
+  """A copy of global arrays placed on this process's devices (collective).
+
+  Every process gathers the full value of each leaf (`process_allgather`) and puts it
+  with `shardings`, a matching pytree of shardings over its local devices: what a
+  per-process sampler reads, since a jitted program over non-addressable arrays would
+  need every process to feed it the same inputs.
+  """
+  gathered = multihost_utils.process_allgather(tree, tiled=True)
+  return jax.device_put(gathered, shardings)
+
+
+def broadcast_arrays(arrays: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
+  """Process 0's named host arrays on every process (collective; others pass None)."""
+  buffer = io.BytesIO()
+  if is_writer() and arrays is not None:
+    np.savez(buffer, **arrays)
+  with np.load(io.BytesIO(broadcast_bytes(buffer.getvalue())), allow_pickle=False) as data:
+    return {name: data[name] for name in data.files}

@@ -19,16 +19,27 @@ Step t (B queries, K rollouts each):
 Modes: mgrpo / frozen_sub / no_alignment use the remote sub-agent service;
 shared_policy runs both roles here with the in-process client (no sub slice);
 single_agent has no sub-agent.
+
+Multi-host (several JAX processes, `distributed.py`): every process reads the same B
+queries and runs the controller for its own whole query groups
+(`distributed.rollout_queries`: the groups whose K rows its devices hold, with a key
+folded with its process index), sampling with a copy of M on its own devices. The
+scored records of all processes are then exchanged (`allgather_bytes`), so every
+process computes the same rewards, advantages and [N, T] batch as one process would,
+and feeds only its rows of it to the update (`slice_common.device_batch`). Process 0
+alone writes the step cache, the store records, metrics and log lines; a restart's
+cache is read by process 0 and broadcast. Checkpoint saves and restores are collective.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 
+import jax
 import numpy as np
 
-from mgrpo_jax.agents import specs
 from mgrpo_jax.agents.controller import RolloutController
 from mgrpo_jax.agents.modes import Agent, make_controller
 from mgrpo_jax.agents.scoring import score
@@ -39,11 +50,12 @@ from mgrpo_jax.store.errors import StoreTimeoutError
 from mgrpo_jax.store.schema import MainOutcomes, SliceAck, ack_key
 from mgrpo_jax.tasks import datasets as datasets_lib
 from mgrpo_jax.tasks.judges import ExactMatchJudge, ProgrammaticExpertJudge
-from mgrpo_jax.training import agent_setup, step_math
+from mgrpo_jax.training import agent_setup, distributed, step_math
 from mgrpo_jax.training.batching import pack_sequences
 from mgrpo_jax.training.checkpoint import AgentCheckpointer, CheckpointConfig
 from mgrpo_jax.training.data import QueryStream, ensure_world, load_questions
 from mgrpo_jax.training.faults import crash_point
+from mgrpo_jax.training.files import dump_json
 from mgrpo_jax.training.optimizer import learning_rate_schedule
 from mgrpo_jax.training.slice_common import (
   DECOUPLED_MODES,
@@ -51,13 +63,15 @@ from mgrpo_jax.training.slice_common import (
   Timer,
   check_config,
   describe_steps,
+  device_batch,
   log,
-  make_registry,
   metrics_writer,
+  multi_host,
   open_run_store,
+  rollout_model,
 )
-from mgrpo_jax.training.step_cache import MainStepCache
-from mgrpo_jax.training.update import make_update_fn
+from mgrpo_jax.training.step_cache import MainStepCache, records_from_json, records_to_json
+from mgrpo_jax.training.update import batch_shardings, make_update_fn
 
 
 class _CrashAfterBatch:
@@ -127,7 +141,8 @@ def run_main_slice(config, workdir: str) -> None:
   store = open_run_store(paths)
   world_path = ensure_world(paths.local, config.world)
   questions = load_questions(world_path, config.world, str(config.world.stage))
-  registry = make_registry(world_path)
+  registry = agent_setup.tool_registry(world_path, config)
+  main_spec, sub_spec = agent_setup.agent_specs(config)
   model, tokenizer = agent_setup.build_model(config.main, "main", paths.local, config)
   trainer = agent_setup.create_agent_state(model, config.main, "main", config)
   layout = trainer.layout
@@ -144,13 +159,15 @@ def run_main_slice(config, workdir: str) -> None:
   elif config.main.model.init_checkpoint:
     agent_setup.restore_init_params(trainer, str(config.main.model.init_checkpoint))
   cache = MainStepCache(paths.cache("main"))
-  if start > 0:  # a crash between the checkpoint and the ack of the previous step
+  writer_process = distributed.is_writer()
+  if start > 0 and writer_process:  # a crash between the checkpoint and the previous ack
     ack = SliceAck(run_id, start - 1, "main", start)
     store.put(ack.key, ack.to_bytes())
-  cache.delete_before(start)
+  if writer_process:
+    cache.delete_before(start)
 
-  policy = agent_setup.sampler_policy(layout.model(trainer.state), tokenizer, config.main,
-                                      version=start)
+  policy = agent_setup.sampler_policy(rollout_model(layout, trainer.state), tokenizer,
+                                      config.main, version=start)
   rollout_config = agent_setup.rollout_config(config)
   acting = agent_setup.rollout_policy(policy, tokenizer, "main")
   client = None
@@ -158,9 +175,10 @@ def run_main_slice(config, workdir: str) -> None:
   if mode in DECOUPLED_MODES:
     client = _CrashAfterBatch(remote_client(config, paths))
     controller = RolloutController(acting, tokenizer, registry, rollout_config,
-                                   sub_client=client, spec=specs.MAIN)
+                                   sub_client=client, spec=main_spec)
   else:
-    controller = make_controller(mode, Agent(acting, tokenizer), registry, rollout_config)
+    controller = make_controller(mode, Agent(acting, tokenizer), registry, rollout_config,
+                                 main_spec=main_spec, sub_spec=sub_spec)
     if mode == "shared_policy":
       train_world, _ = datasets_lib.make_split_worlds(
           config.world.size, int(config.world.seed), int(config.world.test_seed))
@@ -168,6 +186,9 @@ def run_main_slice(config, workdir: str) -> None:
   answer_judge = ExactMatchJudge()
   schedule = learning_rate_schedule(trainer.optim)
   updates = {}
+  share = (distributed.rollout_queries(
+      batch_shardings(layout, num_queries * num_rollouts).advantages, num_queries,
+      num_rollouts) if multi_host() else slice(None))
   writer = metrics_writer(paths, "main", config)
   log(f"main slice: mode={mode} {describe_steps(start, num_steps)} B={num_queries} "
       f"K={num_rollouts} store={paths.store_uri}")
@@ -184,15 +205,16 @@ def run_main_slice(config, workdir: str) -> None:
       client.inner.begin_step(step, max(0, step - staleness))
     queries = stream.next_batch()
     rollouts = _rollouts(step, queries, cache, controller, num_rollouts, seed, answer_judge,
-                         expert_judge, timer)
+                         expert_judge, timer, share)
     grid = step_math.main_grid(rollouts.main, rollouts.query_ids, num_rollouts)
     r_main = step_math.main_rewards(grid["format_ok"], grid["correct"], weights)
     a_main = step_math.main_advantages(r_main, advantage)
     outcomes = MainOutcomes.from_arrays(
         run_id, step, rollouts.query_ids, correct=grid["correct"] > 0.5, main_reward=r_main,
         num_sub_calls=grid["num_sub_calls"], policy_version=step)
-    with timer("store"):
-      store.put(outcomes.key, outcomes.to_bytes())
+    if writer_process:
+      with timer("store"):
+        store.put(outcomes.key, outcomes.to_bytes())
     crash_point("main", "outcomes", step)
 
     batch = pack_sequences([step_math.token_sequence(r.trajectory) for r in rollouts.main],
@@ -211,9 +233,9 @@ def run_main_slice(config, workdir: str) -> None:
       updates[rows] = make_update_fn(layout, trainer.update_config, rows,
                                      learning_rate=schedule)
     with timer("update"):
-      trainer.state, metrics = updates[rows](trainer.state, batch)
+      trainer.state, metrics = updates[rows](trainer.state, device_batch(layout, batch))
       metrics = {k: float(v) for k, v in metrics.items()}
-    policy.sampler.model = layout.model(trainer.state)
+    policy.sampler.model = rollout_model(layout, trainer.state)
     policy.version = step + 1
     with timer("checkpoint"):
       checkpointer.save(trainer.state, force=True, metadata={
@@ -221,10 +243,11 @@ def run_main_slice(config, workdir: str) -> None:
           "policy_version": step + 1})
       checkpointer.wait_until_finished()
     crash_point("main", "checkpoint", step)
-    with timer("store"):
-      ack = SliceAck(run_id, step, "main", step + 1)
-      store.put(ack.key, ack.to_bytes())
-    cache.delete(step)
+    if writer_process:
+      with timer("store"):
+        ack = SliceAck(run_id, step, "main", step + 1)
+        store.put(ack.key, ack.to_bytes())
+      cache.delete(step)
 
     scalars.update({
         "main/reward_mean": float(r_main.mean()), "main/correct_mean":
@@ -251,14 +274,19 @@ def run_main_slice(config, workdir: str) -> None:
   checkpointer.close()
   if client is not None:
     client.inner.close()
+  distributed.barrier("main slice: done")  # no process leaves before process 0's writes
   log("main slice: done")
 
 
 def _rollouts(step, queries, cache, controller, num_rollouts, seed, answer_judge,
-              expert_judge, timer) -> _Rollouts:
-  """Step t's scored rollouts: from the write-ahead cache, else sampled and cached."""
+              expert_judge, timer, share: slice) -> _Rollouts:
+  """Step t's scored rollouts: from the write-ahead cache, else sampled and cached.
+
+  `share`: the queries this process samples (all of them with one process); the records
+  of all processes are gathered on every process before the cache is written.
+  """
   query_ids = [q.id for q in queries]
-  cached = cache.load(step)
+  cached = _load_cache(cache, step)
   stats = {}
   if cached is not None:
     cached_ids, main, sub = cached
@@ -267,19 +295,57 @@ def _rollouts(step, queries, cache, controller, num_rollouts, seed, answer_judge
                        f"reads {query_ids}: the data or the seed changed since the crash")
     stats["main/from_cache"] = 1.0
   else:
+    mine = queries[share]
+    key = agent_setup.step_key(seed, "rollout", step)
+    if multi_host():  # independent sampling streams per process
+      key = jax.random.fold_in(key, jax.process_index())
     with timer("rollout"):
-      out = controller.run(queries, num_rollouts, agent_setup.step_key(seed, "rollout", step))
+      out = controller.run(mine, num_rollouts, key)
     timer.seconds["sub_calls"] = out.stats.sub_s
     with timer("scoring"):
-      main, sub = score(out.main, out.sub if expert_judge is not None else [], queries,
+      main, sub = score(out.main, out.sub if expert_judge is not None else [], mine,
                         answer_judge, expert_judge)
-    with timer("store"):
-      cache.write(step, query_ids, main, sub)
+    sub_tokens = _sampled_tokens(out.sub)
+    if multi_host():
+      with timer("exchange"):
+        main, sub, sub_tokens = _gather_rollouts(step, [q.id for q in mine], main, sub,
+                                                 sub_tokens)
+    if distributed.is_writer():
+      with timer("store"):
+        cache.write(step, query_ids, main, sub)
     crash_point("main", "cached", step)
     stats["main/from_cache"] = 0.0
-    stats["sub/sampled_tokens"] = float(_sampled_tokens(out.sub))
+    stats["sub/sampled_tokens"] = float(sub_tokens)
   stats["main/sampled_tokens"] = float(_sampled_tokens(main))
   return _Rollouts(query_ids, main, sub, stats)
+
+
+def _load_cache(cache, step):
+  """The step's cached records; with several processes, process 0's cache, broadcast."""
+  if not multi_host():
+    return cache.load(step)
+  path = cache.path(step)
+  payload = path.read_bytes() if distributed.is_writer() and path.exists() else None
+  data = distributed.broadcast_bytes(payload)
+  return records_from_json(json.loads(data), step, str(path)) if data else None
+
+
+def _gather_rollouts(step, query_ids, main, sub, sub_tokens):
+  """(M records, S records, S sampled tokens) of all processes, in process order.
+
+  Processes hold contiguous blocks of queries in process order, so the concatenation is
+  in the step's (query, rollout[, call]) order, as one process's controller returns it.
+  """
+  payload = dump_json({**records_to_json(step, query_ids, main, sub),
+                       "sub_sampled_tokens": int(sub_tokens)})
+  all_main, all_sub, all_tokens = [], [], 0
+  for part in distributed.allgather_bytes(payload):
+    data = json.loads(part)
+    _, part_main, part_sub = records_from_json(data, step, "the multi-host record exchange")
+    all_main += part_main
+    all_sub += part_sub
+    all_tokens += int(data["sub_sampled_tokens"])
+  return all_main, all_sub, all_tokens
 
 
 def _shared_sub_step(rollouts, grid, r_main, config, step, weights, advantage, tokenizer):

@@ -2,7 +2,9 @@
 
   main  the main slice (`main_trainer.run_main_slice`)
   sub   the sub slice (`sub_trainer.run_sub_slice`)
-  all   both, as two child processes of this one, each `launch/tpu_run.py
+  all   the stages of `pipeline.run_all`: warm start and held-out evaluation when
+        configured, around the RL stage `run_both`: both slices as two child processes
+        of this one, each `launch/tpu_run.py
         --slice=main|sub` with the same config (the validated config is written to
         `<local>/launch/config.py` and the gin bindings to `<local>/launch/bindings.gin`,
         so overrides and user components reach the children exactly), the same workdir
@@ -52,7 +54,8 @@ def run_slice(slice_name: str, config, workdir: str) -> None:
     from mgrpo_jax.training.sub_trainer import run_sub_slice
     run_sub_slice(config, workdir)
   elif slice_name == "all":
-    _run_both(config, workdir)
+    from mgrpo_jax.training.pipeline import run_all
+    run_all(config, workdir, run_both)
   else:
     raise ValueError(f"slice must be one of {SLICES}, got {slice_name!r}")
 
@@ -76,7 +79,8 @@ def _relay(prefix: str, stream, out) -> None:
   stream.close()
 
 
-def _run_both(config, workdir: str) -> None:
+def run_both(config, workdir: str) -> None:
+  """The RL stage: both slices as child processes (module docstring)."""
   paths = RunPaths.from_config(config, workdir)
   config_path, gin_path = write_launch_files(config, paths)
   # A SIGTERM to this process stops both slices (the `finally` below).

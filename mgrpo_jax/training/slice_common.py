@@ -9,6 +9,11 @@ local root `runs_local/<run_id>` in the current directory):
   <local>/sub/cache/step_<t>/        S records of step t, written by the service
   <local>/sub/service.json           the sub-agent service's address
   <local>/logs/{main,sub}/           metrics.jsonl and TensorBoard events per slice
+
+Multi-host slices (`distributed.py`): only process 0 logs, writes metrics and the other
+local files; a slice's samplers read a copy of the parameters on their own process's
+devices (`rollout_model`), and its updates read global batches fed by rows
+(`device_batch`). With one process every helper here is what it was without them.
 """
 
 from __future__ import annotations
@@ -18,11 +23,22 @@ import os
 import pathlib
 import sys
 import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
 
 from mgrpo_jax.agents.tools import SearchIndex, ToolRegistry, default_registry
 from mgrpo_jax.metrics import MetricsWriter
+from mgrpo_jax.models.sharding import param_shardings
 from mgrpo_jax.store import open_store
 from mgrpo_jax.store.protocol import Store
+from mgrpo_jax.training import distributed
+from mgrpo_jax.training.batching import TrainBatch
+from mgrpo_jax.training.mesh import MeshConfig, create_mesh
+from mgrpo_jax.training.train_state import StateLayout, TrainState
+from mgrpo_jax.training.update import batch_shardings
 
 DECOUPLED_MODES = ("mgrpo", "frozen_sub", "no_alignment")
 
@@ -68,21 +84,80 @@ def open_run_store(paths: RunPaths) -> Store:
   return open_store(paths.store_uri)
 
 
-def make_registry(world_path: pathlib.Path, *, top_n: int = 5,
+def make_registry(world_path: pathlib.Path, *, world: str = "train_world", top_n: int = 5,
                   visit_budget: int = 1500) -> ToolRegistry:
-  """search / visit / reason over the built train-world index."""
-  index = SearchIndex.open(world_path / "index" / "train_world.sqlite")
+  """search / visit / reason over the built index of `world` ("train_world", "test_world")."""
+  if world not in ("train_world", "test_world"):
+    raise ValueError(f"world must be 'train_world' or 'test_world', got {world!r}")
+  index = SearchIndex.open(world_path / "index" / f"{world}.sqlite")
   return default_registry(index, top_n=top_n, visit_budget=visit_budget)
 
 
-def metrics_writer(paths: RunPaths, slice_name: str, config) -> MetricsWriter:
+class _NoMetrics:
+  """The metrics writer of processes other than 0: writes nothing."""
+
+  def write(self, step: int, scalars: dict[str, float]) -> None:
+    del step, scalars
+
+  def close(self) -> None:
+    pass
+
+
+def metrics_writer(paths: RunPaths, slice_name: str, config) -> MetricsWriter | _NoMetrics:
+  """The slice's metrics.jsonl / TensorBoard writer on process 0; a no-op elsewhere."""
+  if not distributed.is_writer():
+    return _NoMetrics()
   return MetricsWriter(paths.logs(slice_name), tensorboard=bool(config.logging.tensorboard))
 
 
 def log(message: str) -> None:
-  """One line on stdout, flushed (the `--slice=all` parent prefixes and relays it)."""
+  """One line on stdout, flushed (the `--slice=all` parent prefixes and relays it).
+
+  Process 0 only: the other processes of a multi-host slice stay silent.
+  """
+  if not distributed.is_writer():
+    return
   sys.stdout.write(f"{message}\n")
   sys.stdout.flush()
+
+
+def multi_host() -> bool:
+  """Whether this slice runs as several JAX processes (`distributed.initialize`)."""
+  return jax.process_count() > 1
+
+
+def servable_params(layout: StateLayout, state: TrainState) -> Any:
+  """Parameters a sampler of this process can read, safe from the next (donating) update.
+
+  One process: a copy of `state.params` in place. Several: a replica on this process's
+  devices, tensor-parallel over them by the model's rules (collective: every process
+  calls it at the same point).
+  """
+  if not multi_host():
+    return jax.tree.map(jnp.copy, state.params)
+  model = layout.model(state)
+  local_mesh = create_mesh(MeshConfig(tensor=jax.local_device_count()), jax.local_devices())
+  shardings = param_shardings(model, local_mesh, model.config.sharding_rules)
+  return distributed.local_replica(state.params, shardings)
+
+
+def rollout_model(layout: StateLayout, state: TrainState) -> nnx.Module:
+  """The model this process samples rollouts with (collective with several processes).
+
+  One process: the train state's model itself (its buffers are read in place). Several:
+  the model over `servable_params`.
+  """
+  if not multi_host():
+    return layout.model(state)
+  return nnx.merge(layout.graphdef, servable_params(layout, state))
+
+
+def device_batch(layout: StateLayout, batch: TrainBatch) -> Any:
+  """What the update takes: the host batch itself, or (several processes, each holding
+  the whole [N, T] batch) global arrays to which each process feeds only its rows."""
+  if not multi_host():
+    return batch
+  return distributed.shard_host_batch(batch, batch_shardings(layout, batch.ids.shape[0]))
 
 
 def describe_steps(start: int, num_steps: int) -> str:

@@ -11,6 +11,10 @@ record it produces, one atomic file per call `(query id, k, i)`, BEFORE replying
 the same request again (a main slice that restarted mid-rollout) rewrites the same
 content. Each file also holds the call's arrival position (delegation batch of the
 step, position in the batch) for the no_alignment grouping.
+
+Multi-host slices: only process 0 reads and writes these caches (the main slice gathers
+every process's records first and broadcasts a cache it finds; the sub slice's service
+runs on process 0).
 """
 
 from __future__ import annotations
@@ -37,6 +41,22 @@ def main_record_from_dict(data: dict[str, Any]) -> MainRecord:
   return MainRecord(**fields)
 
 
+def records_to_json(step: int, query_ids: list[str], main: list[MainRecord],
+                    sub: list[SubRecord]) -> dict[str, Any]:
+  """One step's scored records as a JSON object (the cache file; a multi-host exchange)."""
+  return {"step": step, "query_ids": list(query_ids),
+          "main": [main_record_to_dict(r) for r in main], "sub": [r.to_dict() for r in sub]}
+
+
+def records_from_json(data: dict[str, Any], step: int, source: str
+                      ) -> tuple[list[str], list[MainRecord], list[SubRecord]]:
+  """(query ids, M records, S records) of `records_to_json`; `source` names it in errors."""
+  if data.get("step") != step:
+    raise ValueError(f"{source}: holds step {data.get('step')!r}, expected {step}")
+  return (list(data["query_ids"]), [main_record_from_dict(r) for r in data["main"]],
+          [SubRecord.from_dict(r) for r in data["sub"]])
+
+
 def _step_name(step: int) -> str:
   if step < 0:
     raise ValueError(f"step must be >= 0, got {step}")
@@ -55,21 +75,14 @@ class MainStepCache:
   def write(self, step: int, query_ids: list[str], main: list[MainRecord],
             sub: list[SubRecord]) -> None:
     """Atomically stores step `step`'s scored records."""
-    atomic_write(self.path(step), dump_json({
-        "step": step, "query_ids": list(query_ids),
-        "main": [main_record_to_dict(r) for r in main],
-        "sub": [r.to_dict() for r in sub]}))
+    atomic_write(self.path(step), dump_json(records_to_json(step, query_ids, main, sub)))
 
   def load(self, step: int) -> tuple[list[str], list[MainRecord], list[SubRecord]] | None:
     """(query ids, M records, S records) of `step`, or None if it was not cached."""
     path = self.path(step)
     if not path.exists():
       return None
-    data = load_json(path)
-    if data.get("step") != step:
-      raise ValueError(f"{path}: holds step {data.get('step')!r}, expected {step}")
-    return (list(data["query_ids"]), [main_record_from_dict(r) for r in data["main"]],
-            [SubRecord.from_dict(r) for r in data["sub"]])
+    return records_from_json(load_json(path), step, str(path))
 
   def delete(self, step: int) -> None:
     self.path(step).unlink(missing_ok=True)

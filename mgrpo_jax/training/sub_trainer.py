@@ -20,11 +20,21 @@ frozen_sub: S is never updated (its weights stay bit-identical); the service sti
 advances its version each step and the slice still acks; its progress after a restart
 is read from its acks in the store. shared_policy and single_agent have no sub slice:
 it logs that and returns at once.
+
+Multi-host (several JAX processes, `distributed.py`): process 0 runs the service (its
+sampler reads a replica of S on process 0's devices: the other hosts' chips only train),
+loads the step's records from its cache and computes the step's batch, which it
+broadcasts; every process then feeds its rows of it to the update, and checkpoint saves
+and restores are collective. Process 0 alone writes acks, the service address, metrics
+and log lines. Every process polls the store for outcomes(t) itself, so no collective
+is left waiting while the main slice rolls out.
 """
 
 from __future__ import annotations
 
 import dataclasses
+
+import numpy as np
 
 from mgrpo_jax.metrics import format_progress
 from mgrpo_jax.serving.address import encode_address, service_token
@@ -32,7 +42,8 @@ from mgrpo_jax.serving.sub_service import SubAgentService, WeightVersions
 from mgrpo_jax.store.schema import MainOutcomes, SliceAck, ack_key, outcomes_key
 from mgrpo_jax.tasks import datasets as datasets_lib
 from mgrpo_jax.tasks.judges import ProgrammaticExpertJudge
-from mgrpo_jax.training import agent_setup, step_math
+from mgrpo_jax.training import agent_setup, distributed, step_math
+from mgrpo_jax.training.batching import TrainBatch
 from mgrpo_jax.training.checkpoint import AgentCheckpointer, CheckpointConfig
 from mgrpo_jax.training.data import ensure_world, load_questions
 from mgrpo_jax.training.faults import crash_point
@@ -44,10 +55,13 @@ from mgrpo_jax.training.slice_common import (
   Timer,
   check_config,
   describe_steps,
+  device_batch,
   log,
-  make_registry,
   metrics_writer,
+  multi_host,
   open_run_store,
+  rollout_model,
+  servable_params,
 )
 from mgrpo_jax.training.step_cache import SubStepCache
 from mgrpo_jax.training.update import make_update_fn
@@ -99,13 +113,13 @@ def run_sub_slice(config, workdir: str) -> None:
   train_world, _ = datasets_lib.make_split_worlds(config.world.size, int(config.world.seed),
                                                   int(config.world.test_seed))
   judge = ProgrammaticExpertJudge(train_world)
-  registry = make_registry(world_path)
+  registry = agent_setup.tool_registry(world_path, config)
   model, tokenizer = agent_setup.build_model(config.sub, "sub", paths.local, config)
   trainer = agent_setup.create_agent_state(model, config.sub, "sub", config)
   layout = trainer.layout
   if config.sub.model.init_checkpoint:
     agent_setup.restore_init_params(trainer, str(config.sub.model.init_checkpoint))
-  initial_params = agent_setup.params_copy(trainer.state)
+  initial_params = servable_params(layout, trainer.state)
   checkpointer = AgentCheckpointer(paths.checkpoints("sub"), layout,
                                    CheckpointConfig.from_config(config.checkpoint))
   restored = checkpointer.restore()
@@ -114,7 +128,8 @@ def run_sub_slice(config, workdir: str) -> None:
   if trains:
     start = 0 if restored is None else int(metadata["steps_done"])
   else:
-    start = _acked_steps(store, run_id, num_steps)
+    start = int(distributed.broadcast_bytes(  # process 0's reading for all processes
+        str(_acked_steps(store, run_id, num_steps)).encode()))
     if restored is None:
       checkpointer.save(trainer.state, force=True, metadata={"steps_done": 0})
       checkpointer.wait_until_finished()
@@ -124,28 +139,33 @@ def run_sub_slice(config, workdir: str) -> None:
     if not trains or version == 0:
       params = initial_params
     elif version == start:
-      params = agent_setup.params_copy(trainer.state)
+      params = servable_params(layout, trainer.state)
     else:
-      params = checkpointer.restore(version)[0].params
+      params = servable_params(layout, checkpointer.restore(version)[0])
     versions.publish(version, params)
   cache = SubStepCache(paths.cache("sub"))
-  if start > 0 and trains:  # a crash between the checkpoint and the ack of step start-1
+  writer_process = distributed.is_writer()
+  if start > 0 and trains and writer_process:  # a crash between checkpoint and ack(start-1)
     ack = SliceAck(run_id, start - 1, "sub", int(trainer.state.step))
     store.put(ack.key, ack.to_bytes())
-  cache.delete_before(start)
+  if writer_process:
+    cache.delete_before(start)
 
-  policy = agent_setup.sampler_policy(layout.model(trainer.state), tokenizer, config.sub,
-                                      version=start)
-  service = SubAgentService(
-      policy, layout.graphdef, tokenizer, registry, agent_setup.rollout_config(config),
-      versions, cache.put, after_persist=lambda step: crash_point("sub", "served", step),
-      rollout_policy=agent_setup.rollout_policy(policy, tokenizer, "sub"))
-  server = service.server(host=str(config.serving.host), port=int(config.serving.port),
-                          token=service_token(str(config.serving.token_env))).start()
-  atomic_write(paths.local / "sub" / "service.json", encode_address(server.address))
-  host, port = server.address
-  log(f"sub slice: mode={mode} serving S on {host}:{port}, "
-      f"{describe_steps(start, num_steps)}")
+  policy = agent_setup.sampler_policy(rollout_model(layout, trainer.state), tokenizer,
+                                      config.sub, version=start)
+  server = None
+  if writer_process:
+    service = SubAgentService(
+        policy, layout.graphdef, tokenizer, registry, agent_setup.rollout_config(config),
+        versions, cache.put, after_persist=lambda step: crash_point("sub", "served", step),
+        spec=agent_setup.agent_specs(config)[1],
+        rollout_policy=agent_setup.rollout_policy(policy, tokenizer, "sub"))
+    server = service.server(host=str(config.serving.host), port=int(config.serving.port),
+                            token=service_token(str(config.serving.token_env))).start()
+    atomic_write(paths.local / "sub" / "service.json", encode_address(server.address))
+    host, port = server.address
+    log(f"sub slice: mode={mode} serving S on {host}:{port}, "
+        f"{describe_steps(start, num_steps)}")
 
   buckets = (int(config.sub.limits.max_context),)  # one T: one compiled update per run
   schedule = learning_rate_schedule(trainer.optim)
@@ -153,52 +173,64 @@ def run_sub_slice(config, workdir: str) -> None:
                           int(config.mgrpo.queries_per_step) * num_rollouts * num_slots,
                           learning_rate=schedule) if trains else None
   writer = metrics_writer(paths, "sub", config)
+
+  def prepare(step: int, timer: Timer) -> step_math.SubStep:
+    """Process 0: step t's S records scored, aligned and packed (module docstring)."""
+    key = outcomes_key(run_id, step)
+    with timer("store"):
+      outcomes = MainOutcomes.from_bytes(key, store.get(key))
+    arrays = outcomes.to_arrays()
+    query_ids = [q.query_id for q in outcomes.queries]
+    with timer("load"):
+      arrived = cache.load(step)
+    crash_point("sub", "loaded", step)
+    with timer("scoring"):
+      indexed = step_math.index_sub_records([r for _, r in arrived], query_ids,
+                                            arrays["num_sub_calls"])
+      scored = score_sub_records(indexed, query_ids, arrays["correct"], questions, judge)
+    position = {qid: q for q, qid in enumerate(query_ids)}
+    if mode == "no_alignment":
+      keys = [(position[r.query_id], r.rollout_index, r.call_index) for _, r in arrived]
+      ordered = [(k, scored[k]) for k in keys]
+      return step_math.arrival_sub_step(
+          ordered, arrays["correct"], num_queries=len(query_ids),
+          group_size=num_rollouts * num_slots, weights=weights, advantage=advantage,
+          pad_id=tokenizer.pad_id or 0, buckets=buckets)
+    return step_math.aligned_sub_step(
+        scored, arrays["main_reward"], arrays["correct"], arrays["num_sub_calls"],
+        num_slots=num_slots, key=agent_setup.step_key(seed, "align", step),
+        mode=str(config.mgrpo.alignment), weights=weights, advantage=advantage,
+        pad_id=tokenizer.pad_id or 0, buckets=buckets)
+
   try:
     for step in range(start, num_steps):
       timer = Timer()
-      key = outcomes_key(run_id, step)
       with timer("wait_outcomes"):
-        store.wait_for([key], timeout=float(config.store.wait_timeout_s))
-      with timer("store"):
-        outcomes = MainOutcomes.from_bytes(key, store.get(key))
-      arrays = outcomes.to_arrays()
-      query_ids = [q.query_id for q in outcomes.queries]
-      with timer("load"):
-        arrived = cache.load(step)
-      crash_point("sub", "loaded", step)
-      with timer("scoring"):
-        indexed = step_math.index_sub_records([r for _, r in arrived], query_ids,
-                                              arrays["num_sub_calls"])
-        scored = score_sub_records(indexed, query_ids, arrays["correct"], questions, judge)
-      position = {qid: q for q, qid in enumerate(query_ids)}
-      if mode == "no_alignment":
-        keys = [(position[r.query_id], r.rollout_index, r.call_index) for _, r in arrived]
-        ordered = [(k, scored[k]) for k in keys]
-        sub_step = step_math.arrival_sub_step(
-            ordered, arrays["correct"], num_queries=len(query_ids),
-            group_size=num_rollouts * num_slots, weights=weights, advantage=advantage,
-            pad_id=tokenizer.pad_id or 0, buckets=buckets)
-      else:
-        sub_step = step_math.aligned_sub_step(
-            scored, arrays["main_reward"], arrays["correct"], arrays["num_sub_calls"],
-            num_slots=num_slots, key=agent_setup.step_key(seed, "align", step),
-            mode=str(config.mgrpo.alignment), weights=weights, advantage=advantage,
-            pad_id=tokenizer.pad_id or 0, buckets=buckets)
-      scalars = step_math.sub_step_scalars(sub_step)
+        store.wait_for([outcomes_key(run_id, step)],
+                       timeout=float(config.store.wait_timeout_s))
+      sub_step = prepare(step, timer) if writer_process else None
+      scalars = step_math.sub_step_scalars(sub_step) if writer_process else {}
       if update is not None:
+        batch = sub_step.batch if writer_process else None
+        if multi_host():
+          with timer("broadcast"):
+            batch = _broadcast_batch(batch)
         with timer("update"):
-          trainer.state, metrics = update(trainer.state, sub_step.batch)
+          trainer.state, metrics = update(trainer.state, device_batch(layout, batch))
           metrics = {k: float(v) for k, v in metrics.items()}
         scalars.update({f"sub/update/{k}": v for k, v in metrics.items()})
         with timer("checkpoint"):
           checkpointer.save(trainer.state, force=True, metadata={"steps_done": step + 1})
           checkpointer.wait_until_finished()
       crash_point("sub", "checkpoint", step)
-      with timer("store"):
-        ack = SliceAck(run_id, step, "sub", int(trainer.state.step))
-        store.put(ack.key, ack.to_bytes())
-      versions.publish(step + 1, agent_setup.params_copy(trainer.state) if trains
+      if writer_process:
+        with timer("store"):
+          ack = SliceAck(run_id, step, "sub", int(trainer.state.step))
+          store.put(ack.key, ack.to_bytes())
+      versions.publish(step + 1, servable_params(layout, trainer.state) if trains
                        else initial_params)
+      if not writer_process:
+        continue
       cache.delete(step)
       for phase, seconds in timer.seconds.items():
         scalars[f"time/{phase}_s"] = seconds
@@ -212,7 +244,17 @@ def run_sub_slice(config, workdir: str) -> None:
           **({"loss": metrics["loss"]} if update is not None else {})},
           timer.seconds, throughput))
   finally:
-    server.stop()
+    if server is not None:
+      server.stop()
     writer.close()
     checkpointer.close()
+  distributed.barrier("sub slice: done")
   log("sub slice: done")
+
+
+def _broadcast_batch(batch: TrainBatch | None) -> TrainBatch:
+  """Process 0's [N, T] batch on every process (others pass None)."""
+  names = [f.name for f in dataclasses.fields(TrainBatch)]
+  arrays = distributed.broadcast_arrays(
+      None if batch is None else {name: getattr(batch, name) for name in names})
+  return TrainBatch(**{name: np.asarray(arrays[name]) for name in names})

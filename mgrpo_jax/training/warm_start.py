@@ -15,8 +15,9 @@ the ratio pi_theta / sg(pi_theta) is exactly 1, never clipped, so the surrogate
 
 i.e. one optimizer step on the token-mean NLL of the batch. Batches have a fixed row
 count N (empty rows of weight 0 fill the last one) and T from the length buckets, so
-few programs compile. The result is saved with `AgentCheckpointer`, the layout that
-`agent_setup.restore_init_params` (`<agent>.model.init_checkpoint`) reads.
+few programs compile. The params are saved as a parameter checkpoint
+(`checkpoint.save_params`), what `agent_setup.restore_init_params`
+(`<agent>.model.init_checkpoint`) reads into any RL state of the same model shape.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from mgrpo_jax.agents import Agent, OraclePolicy, RolloutConfig, make_controller
+from mgrpo_jax.agents import Agent, OraclePolicy, RolloutConfig, make_controller, specs
 from mgrpo_jax.agents.tools import ToolRegistry
 from mgrpo_jax.models.logprobs import token_logprobs
 from mgrpo_jax.tasks.oracle import (
@@ -45,7 +46,7 @@ from mgrpo_jax.tasks.oracle import (
 from mgrpo_jax.tasks.oracle.noise import MainNoise, SubNoise
 from mgrpo_jax.text import Tokenizer
 from mgrpo_jax.training.batching import DEFAULT_LENGTH_BUCKETS, TokenSequence, pack_sequences
-from mgrpo_jax.training.checkpoint import AgentCheckpointer, CheckpointConfig
+from mgrpo_jax.training.checkpoint import save_params
 from mgrpo_jax.training.train_state import StateLayout, TrainState
 from mgrpo_jax.training.update import LossConfig, UpdateConfig, make_update_fn
 
@@ -109,7 +110,9 @@ def record_sequence(record: Any) -> TokenSequence:
 def collect_demonstrations(tokenizer: Tokenizer, registry: ToolRegistry, config: RolloutConfig,
                            tasks: Sequence[Any], *, main_noise: MainNoise | None = None,
                            sub_noise: SubNoise | None = None, num_rollouts: int = 1,
-                           key: int = 0, mode: str = "mgrpo") -> Demonstrations:
+                           key: int = 0, mode: str = "mgrpo",
+                           main_spec: specs.AgentSpec | None = None,
+                           sub_spec: specs.AgentSpec = specs.SUB) -> Demonstrations:
   """Runs the noisy oracles as M and S over `tasks` and returns their token sequences.
 
   Args:
@@ -122,6 +125,8 @@ def collect_demonstrations(tokenizer: Tokenizer, registry: ToolRegistry, config:
     num_rollouts: rollouts per task (the oracles are deterministic: 1 is enough).
     key: the controller's key.
     mode: "mgrpo" (M with S) or "single_agent" (`InlineOracle`, same mistakes).
+    main_spec: M's (or the single agent's) prompts and tools (default: the mode's).
+    sub_spec: S's prompts and tools.
 
   Returns:
     `Demonstrations` with every M (or single-agent) and S trajectory; `sub` is empty
@@ -135,11 +140,12 @@ def collect_demonstrations(tokenizer: Tokenizer, registry: ToolRegistry, config:
   sub_oracle = OracleSubAgent(sub_noise if sub_noise is not None else SubNoise())
   if mode == "single_agent":
     single = Agent(OraclePolicy(InlineOracle(main_oracle, sub_oracle), tokenizer), tokenizer)
-    controller = make_controller(mode, single, registry, config)
+    controller = make_controller(mode, single, registry, config, main_spec=main_spec)
   else:
     main = Agent(OraclePolicy(main_oracle, tokenizer), tokenizer)
     sub = Agent(OraclePolicy(sub_oracle, tokenizer), tokenizer)
-    controller = make_controller(mode, main, registry, config, sub=sub)
+    controller = make_controller(mode, main, registry, config, sub=sub, main_spec=main_spec,
+                                 sub_spec=sub_spec)
   out = controller.run(list(tasks), num_rollouts, key)
   return Demonstrations(main=[record_sequence(r) for r in out.main],
                         sub=[record_sequence(r) for r in out.sub])
@@ -219,13 +225,12 @@ def sft(state: TrainState, layout: StateLayout, sequences: Sequence[TokenSequenc
   """Supervised fine-tuning of one agent's train state on its demonstrations.
 
   Args:
-    state: the agent's train state (donated: use the returned one). Build it with the
-      RL run's optimizer and `with_reference` so the checkpoint matches its layout.
+    state: the agent's train state (donated: use the returned one).
     layout: its `StateLayout`; it must hold no reference policy (no KL in SFT).
     sequences: the agent's demonstrations.
     config: epochs, batch shape, buckets, shuffle seed.
-    checkpoint_dir: when set, the final state is saved there (synchronously) as an
-      orbax checkpoint readable by `agent_setup.restore_init_params`.
+    checkpoint_dir: when set, the final params are saved there (synchronously) as a
+      parameter checkpoint, what `agent_setup.restore_init_params` reads.
     pad_id: token id of padding.
 
   Returns:
@@ -245,16 +250,11 @@ def sft(state: TrainState, layout: StateLayout, sequences: Sequence[TokenSequenc
     nll.append(demonstration_nll(state, layout, sequences, config))
   metrics = {"nll": nll, "steps": steps}
   if checkpoint_dir is not None:
-    save_warm_start(state, layout, checkpoint_dir, metadata={"warm_start": metrics})
+    save_warm_start(state, checkpoint_dir, metadata={"warm_start": metrics})
   return state, metrics
 
 
-def save_warm_start(state: TrainState, layout: StateLayout, directory: str, *,
+def save_warm_start(state: TrainState, directory: str, *,
                     metadata: dict[str, Any] | None = None) -> None:
-  """Saves `state` in `directory` (one checkpoint, written before returning)."""
-  checkpointer = AgentCheckpointer(directory, layout,
-                                   CheckpointConfig(keep=1, async_save=False))
-  try:
-    checkpointer.save(state, metadata=metadata, force=True)
-  finally:
-    checkpointer.close()
+  """Saves `state.params` in `directory` as a parameter checkpoint (`save_params`)."""
+  save_params(directory, state.params, metadata=metadata)

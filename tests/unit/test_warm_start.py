@@ -26,7 +26,7 @@ from mgrpo_jax.training import (
   warm_start,
 )
 from mgrpo_jax.training.batching import TokenSequence
-from mgrpo_jax.training.checkpoint import AgentCheckpointer
+from mgrpo_jax.training.checkpoint import restore_params
 from mgrpo_jax.training.update import UpdateConfig
 
 BUCKETS = (1024, 1536)
@@ -155,17 +155,24 @@ def test_sft_lowers_nll_and_saves_a_restorable_checkpoint(env, tmp_path):
   assert nll[-1] < 0.7 * nll[0], nll
   assert all(b < a for a, b in zip(nll, nll[1:], strict=False)), nll  # every epoch helps
   assert nll[0] > 5.0  # about log(800) at init
-  # The checkpoint restores bitwise into a fresh state of the same layout...
+  # The parameter checkpoint restores bitwise into a fresh state of the same shape...
   fresh, fresh_layout = _state(tokenizer, seed=7)
-  restored, meta = AgentCheckpointer(directory, fresh_layout).restore()
-  assert agent_setup.tree_equal(restored.params, state.params)
-  assert int(restored.step) == metrics["steps"]
+  params, meta = restore_params(directory, fresh_layout.abstract.params)
+  assert agent_setup.tree_equal(params, state.params)
   np.testing.assert_allclose(meta["warm_start"]["nll"], nll)
-  # ... and the RL trainers' `model.init_checkpoint` path accepts it.
+  # ... and the RL trainers' `model.init_checkpoint` path accepts it, also into a state
+  # with a reference policy (KL > 0): params and reference both become the warm start.
   trainer = agent_setup.AgentTrainer(fresh, fresh_layout, UpdateConfig(), OPTIM)
   assert not agent_setup.tree_equal(trainer.state.params, state.params)
   agent_setup.restore_init_params(trainer, directory)
   assert agent_setup.tree_equal(trainer.state.params, state.params)
   assert int(trainer.state.step) == 0
+  with_ref, ref_layout = create_train_state(_model(tokenizer, 3), make_optimizer(OPTIM),
+                                            create_mesh(MeshConfig()), seed=0,
+                                            with_reference=True)
+  ref_trainer = agent_setup.AgentTrainer(with_ref, ref_layout, UpdateConfig(), OPTIM)
+  agent_setup.restore_init_params(ref_trainer, directory)
+  assert agent_setup.tree_equal(ref_trainer.state.params, state.params)
+  assert agent_setup.tree_equal(ref_trainer.state.ref_params, state.params)
   assert warm_start.demonstration_nll(trainer.state, fresh_layout, sequences,
                                       config) == pytest.approx(nll[-1], rel=1e-5)

@@ -1,0 +1,131 @@
+"""The end-of-run report: training curves as PNG and the before/after table.
+
+Inputs are files the run already wrote: each slice's `metrics.jsonl` (`read_metrics`)
+and the held-out evaluation summaries (`training.evaluation`, dicts with accuracy,
+its 95% half-width, format rate, sub-calls and tool calls per rollout). Outputs, under
+`<local>/report/`: `rewards.png` (mean R_M and R_S per RL step), `accuracy.png` (M's
+training accuracy per step, with the held-out accuracy before and after RL as
+markers), and `summary.txt` (the table that is also printed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from mgrpo_jax.metrics.writer import read_metrics
+
+ROWS = (("held-out accuracy", "accuracy"), ("  95% half-width", "accuracy_ci95"),
+        ("format rate", "format_rate"), ("sub-calls per rollout", "sub_calls_mean"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+  """The printed table and the files written."""
+  table: str
+  files: tuple[pathlib.Path, ...]
+
+
+def _series(rows: Sequence[Mapping[str, float]], key: str) -> tuple[list[int], list[float]]:
+  steps = [int(r["step"]) + 1 for r in rows if key in r]
+  return steps, [float(r[key]) for r in rows if key in r]
+
+
+def summary_table(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None,
+                  title: str = "") -> str:
+  """A fixed-width table: one row per metric, columns warm start / after RL / change."""
+  columns = [("warm start", before), ("after RL", after)]
+  columns = [(name, s) for name, s in columns if s is not None]
+  if not columns:
+    return f"{title}: no evaluation"
+  keys = list(ROWS)
+  tools = sorted({t for _, s in columns for t in s.get("tool_calls_mean", {})})
+  keys += [(f"{t} calls per rollout", ("tool_calls_mean", t)) for t in tools]
+  types = sorted({t for _, s in columns for t in s.get("accuracy_by_type", {})})
+  keys += [(f"accuracy: {t}", ("accuracy_by_type", t)) for t in types]
+
+  def value(summary, key):
+    if isinstance(key, tuple):
+      return summary.get(key[0], {}).get(key[1], 0.0)
+    return summary.get(key)
+
+  header = f"{'':26s}" + "".join(f"{name:>12s}" for name, _ in columns)
+  if len(columns) == 2:
+    header += f"{'change':>12s}"
+  lines = [title, header] if title else [header]
+  for label, key in keys:
+    values = [value(s, key) for _, s in columns]
+    line = f"{label:26s}" + "".join(f"{v:12.3f}" for v in values)
+    if len(columns) == 2 and key != "accuracy_ci95":
+      line += f"{values[1] - values[0]:+12.3f}"
+    lines.append(line)
+  n = columns[-1][1].get("num_questions", 0)
+  lines.append(f"({n} held-out questions of an unseen test world, "
+               f"{columns[-1][1].get('num_rollouts', 0) // max(n, 1)} samples each)")
+  return "\n".join(lines)
+
+
+def plot_training(main_rows: Sequence[Mapping[str, float]],
+                  sub_rows: Sequence[Mapping[str, float]], folder: pathlib.Path,
+                  before: Mapping[str, Any] | None = None,
+                  after: Mapping[str, Any] | None = None) -> list[pathlib.Path]:
+  """Writes rewards.png and accuracy.png (module docstring); returns their paths."""
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  folder.mkdir(parents=True, exist_ok=True)
+  fig, ax = plt.subplots(figsize=(6, 3.5))
+  for rows, key, label in ((main_rows, "main/reward_mean", "R_M (main agent)"),
+                           (sub_rows, "sub/reward_mean", "R_S (sub-agent)")):
+    steps, values = _series(rows, key)
+    if steps:
+      ax.plot(steps, values, marker="o", label=label)
+  ax.set_xlabel("RL step")
+  ax.set_ylabel("mean reward")
+  ax.set_title("Training rewards per agent")
+  ax.grid(alpha=0.3)
+  ax.legend()
+  rewards = folder / "rewards.png"
+  fig.tight_layout()
+  fig.savefig(rewards, dpi=100)
+  plt.close(fig)
+
+  fig, ax = plt.subplots(figsize=(6, 3.5))
+  steps, values = _series(main_rows, "main/correct_mean")
+  if steps:
+    ax.plot(steps, values, marker="o", label="training rollouts")
+  last = steps[-1] if steps else 1
+  for x, summary, label in ((0, before, "held-out, warm start"),
+                            (last, after, "held-out, after RL")):
+    if summary is not None:
+      ax.errorbar([x], [summary["accuracy"]], yerr=[summary["accuracy_ci95"]], fmt="s",
+                  capsize=4, label=label)
+  ax.set_xlabel("RL step")
+  ax.set_ylabel("accuracy")
+  ax.set_ylim(-0.02, 1.02)
+  ax.set_title("Main agent accuracy")
+  ax.grid(alpha=0.3)
+  ax.legend()
+  accuracy = folder / "accuracy.png"
+  fig.tight_layout()
+  fig.savefig(accuracy, dpi=100)
+  plt.close(fig)
+  return [rewards, accuracy]
+
+
+def write_report(local: pathlib.Path, main_metrics: pathlib.Path, sub_metrics: pathlib.Path,
+                 before: Mapping[str, Any] | None, after: Mapping[str, Any] | None, *,
+                 title: str = "") -> Report:
+  """Plots and table of one run under `<local>/report/` (module docstring)."""
+  folder = pathlib.Path(local) / "report"
+  main_rows = read_metrics(main_metrics) if pathlib.Path(main_metrics).exists() else []
+  sub_rows = read_metrics(sub_metrics) if pathlib.Path(sub_metrics).exists() else []
+  files = plot_training(main_rows, sub_rows, folder, before, after)
+  table = summary_table(before, after, title)
+  summary = folder / "summary.txt"
+  summary.write_text(table + "\n")
+  return Report(table, tuple(files) + (summary,))

@@ -1,0 +1,160 @@
+"""Held-out evaluation: the agents' accuracy on the test world (unseen entities).
+
+`evaluate` runs the mode's rollout controller in one process (S in-process, no RPC)
+over the test questions of the configured stage, `samples` rollouts per question at
+the agents' sampling temperature, scores answers with the exact-match judge, and
+summarizes:
+
+  accuracy           mean over questions of the per-question mean correctness
+  accuracy_ci95      half-width of the 95% interval of that mean (normal, over questions)
+  accuracy_by_type   the same per question type (lookup, multihop, count, puzzle, ...)
+  format_rate        fraction of rollouts that ended with a well-formed result
+  sub_calls_mean     delegations per rollout (0 for the single agent)
+  tool_calls_mean    executed calls per rollout of each tool, by name (M's or the single
+                     agent's own, plus S's search/visit under "sub/<name>")
+  examples           a few decoded trajectories (M, and S's first call)
+
+`evaluate_sources` builds the policies from orbax checkpoints (the warm start's
+parameters, or the RL run's latest state) so the same numbers come out for any stage.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import pathlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from flax import nnx
+
+from mgrpo_jax.agents import specs
+from mgrpo_jax.agents.modes import Agent, make_controller
+from mgrpo_jax.agents.records import MainRecord, SubRecord
+from mgrpo_jax.agents.scoring import score
+from mgrpo_jax.tasks.judges import ExactMatchJudge
+from mgrpo_jax.training import agent_setup
+from mgrpo_jax.training.checkpoint import AgentCheckpointer, restore_params
+from mgrpo_jax.training.data import ensure_world, load_questions
+from mgrpo_jax.training.slice_common import make_registry
+
+NUM_EXAMPLES = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalResult:
+  """The summary (module docstring) and the scored records it came from."""
+  summary: dict[str, Any]
+  main: list[MainRecord]
+  sub: list[SubRecord]
+
+
+def summarize(main: Sequence[MainRecord], sub: Sequence[SubRecord], questions,
+              tokenizer=None) -> dict[str, Any]:
+  """The summary of scored records (module docstring); `questions` maps id -> question."""
+  if not main:
+    raise ValueError("summarize got no records")
+  per_question: dict[str, list[float]] = collections.defaultdict(list)
+  for record in main:
+    per_question[record.query_id].append(float(record.correct))
+  means = np.array([np.mean(v) for v in per_question.values()])
+  by_type: dict[str, list[float]] = collections.defaultdict(list)
+  for qid, values in per_question.items():
+    by_type[questions[qid].type].append(float(np.mean(values)))
+  tools: collections.Counter = collections.Counter()
+  for record in main:
+    tools.update(c.name for c in record.trajectory.tool_calls)
+  for record in sub:
+    tools.update(f"sub/{c.name}" for c in record.trajectory.tool_calls)
+  n = len(main)
+  ci = 1.96 * float(np.std(means, ddof=1)) / np.sqrt(len(means)) if len(means) > 1 else 0.0
+  summary = {
+      "num_questions": len(per_question),
+      "num_rollouts": n,
+      "accuracy": float(np.mean(means)),
+      "accuracy_ci95": ci,
+      "accuracy_by_type": {t: float(np.mean(v)) for t, v in sorted(by_type.items())},
+      "format_rate": float(np.mean([r.trajectory.format_ok for r in main])),
+      "sub_calls_mean": float(np.mean([r.num_sub_calls for r in main])),
+      "tool_calls_mean": {name: count / n for name, count in sorted(tools.items())},
+  }
+  if tokenizer is not None:
+    examples = []
+    for record in main[:NUM_EXAMPLES]:
+      calls = [s for s in sub if (s.query_id, s.rollout_index) == record.key]
+      examples.append({
+          "question": questions[record.query_id].text,
+          "gold": questions[record.query_id].answer,
+          "correct": float(record.correct),
+          "main": tokenizer.decode(record.trajectory.ids.tolist()),
+          "sub": tokenizer.decode(calls[0].trajectory.ids.tolist()) if calls else ""})
+    summary["examples"] = examples
+  return summary
+
+
+def evaluate(mode: str, main: Agent, sub: Agent | None, registry, rollout_config,
+             questions: Sequence[Any], *, samples: int, key: int,
+             main_spec: specs.AgentSpec, sub_spec: specs.AgentSpec) -> EvalResult:
+  """Rollouts of `questions` (`samples` each), scored and summarized."""
+  controller = make_controller(mode, main, registry, rollout_config,
+                               sub=None if mode == "single_agent" else sub,
+                               main_spec=main_spec, sub_spec=sub_spec)
+  out = controller.run(list(questions), samples, key)
+  by_id = {q.id: q for q in questions}
+  scored_main, scored_sub = score(out.main, out.sub, by_id, ExactMatchJudge())
+  return EvalResult(summarize(scored_main, scored_sub, by_id, main.tokenizer),
+                    scored_main, scored_sub)
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+  """Where an agent's evaluated weights are: a folder and its kind.
+
+  kind: "params" (a parameter checkpoint, e.g. the warm start's) or "state" (the latest
+  `AgentCheckpointer` train state of an RL run).
+  """
+  directory: str
+  kind: str
+
+  def __post_init__(self):
+    if self.kind not in ("params", "state"):
+      raise ValueError(f"Source.kind must be 'params' or 'state', got {self.kind!r}")
+
+
+def _agent(config, role: str, root: pathlib.Path, source: Source) -> Agent:
+  section = config[role]
+  model, tokenizer = agent_setup.build_model(section, role, root, config)
+  trainer = agent_setup.create_agent_state(model, section, role, config)
+  if source.kind == "params":
+    params, _ = restore_params(source.directory, trainer.layout.abstract.params)
+  else:
+    restored = AgentCheckpointer(source.directory, trainer.layout).restore()
+    if restored is None:
+      raise FileNotFoundError(f"evaluation: no {role} checkpoint in {source.directory!r}")
+    params = restored[0].params
+  policy = agent_setup.sampler_policy(nnx.merge(trainer.layout.graphdef, params), tokenizer,
+                                      section)
+  return Agent(policy, tokenizer)
+
+
+def evaluate_sources(config, root: str | pathlib.Path, sources: dict[str, Source]
+                     ) -> EvalResult:
+  """Held-out evaluation of the agents whose weights `sources` names ("main", "sub")."""
+  root = pathlib.Path(root)
+  mode = str(config.experiment.mode)
+  world_path = ensure_world(root, config.world)
+  questions = load_questions(world_path, config.world, str(config.world.stage),
+                             split="test")[:int(config.eval.num_questions)]
+  registry = make_registry(world_path, world="test_world",
+                           top_n=int(config.tools.search_top_n),
+                           visit_budget=int(config.tools.visit_chars))
+  main = _agent(config, "main", root, sources["main"])
+  sub = None
+  if mode != "single_agent":
+    sub = main if mode == "shared_policy" else _agent(config, "sub", root, sources["sub"])
+  main_spec, sub_spec = agent_setup.agent_specs(config)
+  return evaluate(mode, main, sub, registry, agent_setup.rollout_config(config), questions,
+                  samples=int(config.eval.samples),
+                  key=agent_setup.derive_seed(int(config.experiment.seed), "eval"),
+                  main_spec=main_spec, sub_spec=sub_spec)

@@ -1,0 +1,151 @@
+"""The whole run of `--slice=all` as stages, each resumable and each runnable alone.
+
+  warm_start  (`warm_start.enabled`) the paper's stage 1: the noisy oracles demonstrate
+              `warm_start.num_questions` training questions; each trained agent is
+              fine-tuned on its own demonstrations (`warm_start.sft`) and saved as a
+              parameter checkpoint in `<local>/warm_start/<role>`; the RL slices start
+              from it (`<role>.model.init_checkpoint`, unless already set).
+  eval before (`eval.enabled`) the warm-started agents on the held-out test world
+              -> `<local>/eval/warm_start.json`.
+  rl          stage 2, M-GRPO: the two slices as processes (`run.run_both`).
+  eval after  the RL run's latest checkpoints -> `<local>/eval/final.json`.
+  report      PNG plots of the training curves and the before/after table, printed and
+              written to `<local>/report/` (`mgrpo_jax.metrics.report`).
+
+A stage whose output exists is skipped, so re-running the command after an interruption
+continues where it stopped (the RL stage resumes from its checkpoints).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from typing import Any
+
+from absl import logging as absl_logging
+
+from mgrpo_jax.metrics import report
+from mgrpo_jax.tasks.oracle.noise import MainNoise, SubNoise
+from mgrpo_jax.training import agent_setup, evaluation, warm_start
+from mgrpo_jax.training.data import ensure_world, load_questions
+from mgrpo_jax.training.files import atomic_write
+from mgrpo_jax.training.mesh import MeshConfig, create_mesh
+from mgrpo_jax.training.optimizer import OptimizerConfig, make_optimizer
+from mgrpo_jax.training.slice_common import RunPaths, log, make_registry
+from mgrpo_jax.training.train_state import create_train_state
+
+SFT_BUCKETS = (128, 256, 384, 512, 768, 1024, 1536, 2048, 4096)
+_DONE = "warm_start.json"
+
+
+def trained_roles(mode: str) -> tuple[str, ...]:
+  """Agents with their own weights in `mode` ("main" is the single agent there)."""
+  return ("main",) if mode in ("single_agent", "shared_policy") else ("main", "sub")
+
+
+def warm_start_dirs(paths: RunPaths, mode: str) -> dict[str, str]:
+  return {role: str(paths.local / "warm_start" / role) for role in trained_roles(mode)}
+
+
+def run_warm_start(config, paths: RunPaths) -> dict[str, str]:
+  """Stage 1 (module docstring); returns {role: parameter checkpoint folder}."""
+  mode = str(config.experiment.mode)
+  dirs = warm_start_dirs(paths, mode)
+  done = paths.local / "warm_start" / _DONE
+  if done.exists():
+    log(f"warm start: reusing {done.parent}")
+    return dirs
+  ws = config.warm_start
+  seed = int(config.experiment.seed)
+  started = time.perf_counter()
+  world_path = ensure_world(paths.local, config.world)
+  questions = load_questions(world_path, config.world,
+                             str(config.world.stage))[:int(ws.num_questions)]
+  registry = make_registry(world_path, top_n=int(config.tools.search_top_n),
+                           visit_budget=int(config.tools.visit_chars))
+  main_spec, sub_spec = agent_setup.agent_specs(config)
+  models = {role: agent_setup.build_model(config[role], role, paths.local, config)
+            for role in dirs}
+  tokenizer = models["main"][1]
+  demos = warm_start.collect_demonstrations(
+      tokenizer, registry, agent_setup.rollout_config(config), questions,
+      main_noise=MainNoise(rate=float(ws.main_noise_rate), seed=seed),
+      sub_noise=SubNoise(rate=float(ws.sub_noise_rate), seed=seed),
+      mode="single_agent" if mode == "single_agent" else "mgrpo",
+      main_spec=main_spec, sub_spec=sub_spec, key=agent_setup.derive_seed(seed, "demos"))
+  sequences = {"main": demos.main + (demos.sub if mode == "shared_policy" else []),
+               "sub": demos.sub}
+  summary: dict[str, Any] = {"num_questions": len(questions)}
+  for role, directory in dirs.items():
+    model, role_tokenizer = models[role]
+    optim = OptimizerConfig(learning_rate=float(ws.learning_rate), weight_decay=0.0,
+                            warmup_steps=10, eps=1e-8)
+    mesh = create_mesh(MeshConfig.from_config(config[role].mesh))
+    state, layout = create_train_state(model, make_optimizer(optim), mesh,
+                                       seed=agent_setup.derive_seed(seed, "warm_start", role))
+    sft_config = warm_start.SFTConfig(epochs=int(ws.epochs), batch_rows=int(ws.batch_rows),
+                                      buckets=SFT_BUCKETS,
+                                      seed=agent_setup.derive_seed(seed, "sft", role))
+    role_started = time.perf_counter()
+    _, metrics = warm_start.sft(state, layout, sequences[role], sft_config,
+                                checkpoint_dir=directory, pad_id=role_tokenizer.pad_id or 0)
+    summary[role] = {"demonstrations": len(sequences[role]), "steps": metrics["steps"],
+                     "nll": metrics["nll"], "seconds": time.perf_counter() - role_started}
+    log(f"warm start {role}: {len(sequences[role])} demonstrations, {metrics['steps']} steps, "
+        f"NLL {metrics['nll'][0]:.2f} -> {metrics['nll'][-1]:.3f} "
+        f"({summary[role]['seconds']:.0f} s)")
+  summary["seconds"] = time.perf_counter() - started
+  atomic_write(done, json.dumps(summary, indent=1).encode())
+  return dirs
+
+
+def with_init_checkpoints(config, dirs: dict[str, str]):
+  """A copy of `config` whose agents start from `dirs` (keys already set are kept)."""
+  config = copy.deepcopy(config)
+  for role, directory in dirs.items():
+    if not config[role].model.init_checkpoint:
+      config[role].model.init_checkpoint = directory
+  if "sub" not in dirs and config.experiment.mode == "shared_policy":
+    config.sub.model.init_checkpoint = config.main.model.init_checkpoint
+  return config
+
+
+def run_evaluation(config, paths: RunPaths, label: str, sources: dict[str, evaluation.Source]
+                   ) -> dict[str, Any]:
+  """Evaluates once per label; `<local>/eval/<label>.json` holds the summary."""
+  out = paths.local / "eval" / f"{label}.json"
+  if out.exists():
+    return json.loads(out.read_text())
+  started = time.perf_counter()
+  result = evaluation.evaluate_sources(config, paths.local, sources)
+  summary = dict(result.summary, label=label, seconds=time.perf_counter() - started)
+  atomic_write(out, json.dumps(summary, indent=1).encode())
+  log(f"eval {label}: accuracy {summary['accuracy']:.3f} +- {summary['accuracy_ci95']:.3f} "
+      f"on {summary['num_questions']} test questions ({summary['seconds']:.0f} s)")
+  return summary
+
+
+def run_all(config, workdir: str, run_rl) -> None:
+  """warm start -> eval before -> RL (`run_rl(config, workdir)`) -> eval after -> report."""
+  absl_logging.set_verbosity(absl_logging.WARNING)  # library INFO lines drown the stages
+  paths = RunPaths.from_config(config, workdir)
+  mode = str(config.experiment.mode)
+  before = after = None
+  if config.warm_start.enabled:
+    config = with_init_checkpoints(config, run_warm_start(config, paths))
+  initial = {role: evaluation.Source(str(config[role].model.init_checkpoint), "params")
+             for role in trained_roles(mode) if config[role].model.init_checkpoint}
+  if config.eval.enabled and len(initial) == len(trained_roles(mode)):
+    before = run_evaluation(config, paths, "warm_start", initial)
+  run_rl(config, workdir)
+  if config.eval.enabled:
+    final = {role: evaluation.Source(paths.checkpoints(role), "state")
+             for role in trained_roles(mode)}
+    after = run_evaluation(config, paths, "final", final)
+  written = report.write_report(paths.local, paths.logs("main") / "metrics.jsonl",
+                                paths.logs("sub") / "metrics.jsonl", before, after,
+                                title=f"{config.experiment.name} ({mode})")
+  for line in written.table.splitlines():
+    log(line)
+  log(f"report: {', '.join(str(p) for p in written.files)}")

@@ -1,0 +1,130 @@
+"""The demo pipeline's pieces: short prompts, the held-out summary, the report, param checkpoints."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import numpy as np
+import pytest
+
+from mgrpo_jax.agents import specs
+from mgrpo_jax.agents.records import MainRecord, SubRecord, ToolCall, Trajectory
+from mgrpo_jax.config import base_config
+from mgrpo_jax.metrics import MetricsWriter
+from mgrpo_jax.metrics.report import summary_table, write_report
+from mgrpo_jax.models import get_config, init_model
+from mgrpo_jax.tasks.questions import Question
+from mgrpo_jax.training import (
+  MeshConfig,
+  OptimizerConfig,
+  create_mesh,
+  create_train_state,
+  make_optimizer,
+)
+from mgrpo_jax.training.checkpoint import restore_params, save_params
+from mgrpo_jax.training.evaluation import Source, summarize
+from mgrpo_jax.training.pipeline import trained_roles, with_init_checkpoints
+
+
+def _trajectory(final, format_ok=True, tools=()):
+  return Trajectory(ids=np.zeros(3, np.int32), loss_mask=np.zeros(3, bool),
+                    logprobs=np.zeros(3, np.float32), roles=np.zeros(3, np.int32),
+                    messages=(), policy_version=0, format_ok=format_ok, error="", end="result",
+                    num_turns=1, tool_calls=tuple(ToolCall(0, t, "{}", True, 0.0) for t in tools),
+                    final=final, wall_s=0.0)
+
+
+def _question(qid, qtype):
+  return Question(id=qid, text=f"question {qid}", answer="a", path=(), type=qtype, hops=1,
+                  meta={})
+
+
+def test_short_system_prompts_name_every_tool_and_the_protocol():
+  for role in ("main", "sub", "single"):
+    full, short = specs.spec_for(role, "full"), specs.spec_for(role, "short")
+    text = short.system_prompt()
+    assert len(text) < len(full.system_prompt()) / 2
+    for tool in full.tool_names:
+      assert f"{tool}(" in text
+    for tag in ("<thinking>", "<tool_call>", "<result>"):
+      assert tag in text
+    assert short.tools == full.tools and short.user_template == full.user_template
+  with pytest.raises(ValueError, match="prompts.system"):
+    specs.spec_for("main", "tiny")
+  with pytest.raises(ValueError, match="unknown agent role"):
+    specs.spec_for("critic")
+
+
+def test_summary_accuracy_is_the_mean_over_questions_with_a_normal_interval():
+  questions = {"q1": _question("q1", "lookup"), "q2": _question("q2", "puzzle"),
+               "q3": _question("q3", "lookup")}
+  correct = {("q1", 0): 1.0, ("q1", 1): 0.0, ("q2", 0): 1.0, ("q2", 1): 1.0,
+             ("q3", 0): 0.0, ("q3", 1): 0.0}
+  main = [MainRecord(q, k, "main", _trajectory("a", format_ok=(q != "q3"),
+                                               tools=("delegate",) * (k + 1)),
+                     num_sub_calls=k + 1, correct=c) for (q, k), c in correct.items()]
+  sub = [SubRecord("q1", 0, 0, "t", "", "r", _trajectory("r", tools=("search", "visit")))]
+  out = summarize(main, sub, questions)
+  per_question = np.array([0.5, 1.0, 0.0])
+  assert out["accuracy"] == pytest.approx(per_question.mean())
+  assert out["accuracy_ci95"] == pytest.approx(1.96 * per_question.std(ddof=1) / math.sqrt(3))
+  assert out["accuracy_by_type"] == {"lookup": 0.25, "puzzle": 1.0}
+  assert out["format_rate"] == pytest.approx(4 / 6)
+  assert out["sub_calls_mean"] == pytest.approx(1.5)
+  assert out["tool_calls_mean"] == {"delegate": pytest.approx(9 / 6),
+                                    "sub/search": pytest.approx(1 / 6),
+                                    "sub/visit": pytest.approx(1 / 6)}
+  assert out["num_questions"] == 3 and out["num_rollouts"] == 6
+
+
+def test_report_writes_pngs_and_a_table_with_the_change(tmp_path):
+  writer = MetricsWriter(tmp_path / "logs" / "main", tensorboard=False)
+  for step, reward in enumerate((0.2, 0.5)):
+    writer.write(step, {"main/reward_mean": reward, "main/correct_mean": reward})
+  writer.close()
+  before = {"accuracy": 0.25, "accuracy_ci95": 0.1, "format_rate": 0.5, "sub_calls_mean": 1.0,
+            "tool_calls_mean": {"delegate": 1.0}, "accuracy_by_type": {"lookup": 0.25},
+            "num_questions": 4, "num_rollouts": 8}
+  after = dict(before, accuracy=0.75, tool_calls_mean={"delegate": 1.5, "reason": 0.5})
+  report = write_report(tmp_path, tmp_path / "logs" / "main" / "metrics.jsonl",
+                        tmp_path / "logs" / "sub" / "metrics.jsonl", before, after, title="t")
+  lines = {line[:26].strip(): line[26:].split() for line in report.table.splitlines()}
+  assert lines["held-out accuracy"] == ["0.250", "0.750", "+0.500"]
+  assert lines["reason calls per rollout"] == ["0.000", "0.500", "+0.500"]
+  assert lines["95% half-width"] == ["0.100", "0.100"]
+  for path in report.files[:2]:
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  assert report.files[2].read_text().strip() == report.table
+  assert summary_table(None, None, "x") == "x: no evaluation"
+
+
+def test_parameter_checkpoints_restore_bitwise_and_name_a_missing_folder(tmp_path):
+  model = init_model(get_config("tiny", vocab_size=64, max_seq_len=32), seed=0)
+  state, layout = create_train_state(model, make_optimizer(OptimizerConfig()),
+                                     create_mesh(MeshConfig()), seed=0)
+  save_params(tmp_path / "p", state.params, metadata={"note": 1})
+  params, meta = restore_params(tmp_path / "p", layout.abstract.params)
+  assert meta == {"note": 1}
+  for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(state.params), strict=True):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  with pytest.raises(FileNotFoundError, match="holds no parameter checkpoint"):
+    restore_params(tmp_path / "empty", layout.abstract.params)
+
+
+def test_init_checkpoints_follow_the_mode_and_keep_explicit_ones():
+  assert trained_roles("mgrpo") == ("main", "sub")
+  assert trained_roles("single_agent") == ("main",)
+  config = base_config()
+  config.sub.model.init_checkpoint = "mine"
+  out = with_init_checkpoints(config, {"main": "ws/main", "sub": "ws/sub"})
+  assert (out.main.model.init_checkpoint, out.sub.model.init_checkpoint) == ("ws/main", "mine")
+  assert config.main.model.init_checkpoint == ""  # the input is not changed
+  shared = base_config()
+  shared.experiment.mode = "shared_policy"
+  out = with_init_checkpoints(shared, {"main": "ws/main"})
+  assert out.sub.model.init_checkpoint == "ws/main"
+  with pytest.raises(ValueError, match="kind"):
+    Source("d", "weights")
+  assert dataclasses.astuple(Source("d", "params")) == ("d", "params")
