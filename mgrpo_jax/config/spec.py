@@ -13,7 +13,7 @@ import dataclasses
 from typing import Any
 
 MODES = ("mgrpo", "frozen_sub", "single_agent", "shared_policy", "no_alignment")
-MODEL_PRESETS = ("tiny", "smollm2_135m", "qwen2_5_0_5b", "qwen2_5_7b", "llama3_2_1b")
+MODEL_PRESETS = ("tiny", "small", "smollm2_135m", "qwen2_5_0_5b", "qwen2_5_7b", "llama3_2_1b")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +137,9 @@ SPEC: dict[str, Any] = {
     "warm_start": {
         "enabled": Field(False, "Stage 1 before RL (`--slice=all`): supervised fine-tuning of "
                          "each trained agent on noisy-oracle demonstrations."),
+        "dir": Field("", "Folder of the warm start's parameter checkpoints, relative to the "
+                     "workdir (empty: <workdir>/warm_start); runs that share it share one "
+                     "warm start."),
         "num_questions": Field(300, "Training questions the noisy oracles demonstrate.", low=1),
         "epochs": Field(8, "Passes over the demonstrations.", low=1),
         "batch_rows": Field(16, "Sequences per supervised update.", low=1),

@@ -4,6 +4,8 @@ A `ModelConfig` fixes every shape of the network, the RoPE variant, the numerics
 (`dtype` for activations, `param_dtype` for storage) and the logical-to-mesh sharding
 rules. Presets:
   - `tiny`: a few hundred thousand parameters, for unit tests;
+  - `small`: twice `tiny`'s width (about 0.5M parameters with a 1k vocabulary), for CPU
+    demos that must learn in minutes;
   - `smollm2_135m`: HuggingFaceTB/SmolLM2-135M(-Instruct), loadable from GGUF;
   - `qwen2_5_0_5b`, `qwen2_5_7b`, `llama3_2_1b`: the published shapes (for shape,
     memory and sharding planning; load their weights with the safetensors loader).
@@ -112,6 +114,9 @@ PRESETS: dict[str, ModelConfig] = {
     "tiny": ModelConfig(
         vocab_size=256, hidden_size=64, num_layers=2, num_heads=8, num_kv_heads=4,
         head_dim=16, intermediate_size=128, rope_theta=10000.0, max_seq_len=256),
+    "small": ModelConfig(
+        vocab_size=1024, hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=4,
+        head_dim=32, intermediate_size=384, rope_theta=10000.0, max_seq_len=1024),
     "smollm2_135m": ModelConfig(
         vocab_size=49152, hidden_size=576, num_layers=30, num_heads=9, num_kv_heads=3,
         head_dim=64, intermediate_size=1536, rope_theta=100000.0, rms_norm_eps=1e-5,

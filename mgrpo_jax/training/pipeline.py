@@ -1,9 +1,11 @@
 """The whole run of `--slice=all` as stages, each resumable and each runnable alone.
 
   warm_start  (`warm_start.enabled`) the paper's stage 1: the noisy oracles demonstrate
-              `warm_start.num_questions` training questions; each trained agent is
+              `warm_start.num_questions` questions about the training world
+              (`demonstration_questions`); each trained agent is
               fine-tuned on its own demonstrations (`warm_start.sft`) and saved as a
-              parameter checkpoint in `<local>/warm_start/<role>`; the RL slices start
+              parameter checkpoint in `<local>/warm_start/<role>` (or `warm_start.dir`,
+              shared by runs with the same warm start); the RL slices start
               from it (`<role>.model.init_checkpoint`, unless already set).
   eval before (`eval.enabled`) the warm-started agents on the held-out test world
               -> `<local>/eval/warm_start.json`.
@@ -20,22 +22,25 @@ from __future__ import annotations
 
 import copy
 import json
+import pathlib
 import time
 from typing import Any
 
 from absl import logging as absl_logging
 
 from mgrpo_jax.metrics import report
+from mgrpo_jax.tasks import datasets as datasets_lib
+from mgrpo_jax.tasks import questions as questions_lib
 from mgrpo_jax.tasks.oracle.noise import MainNoise, SubNoise
 from mgrpo_jax.training import agent_setup, evaluation, warm_start
-from mgrpo_jax.training.data import ensure_world, load_questions
-from mgrpo_jax.training.files import atomic_write
+from mgrpo_jax.training.data import STAGES, ensure_world
+from mgrpo_jax.training.files import atomic_write, file_lock
 from mgrpo_jax.training.mesh import MeshConfig, create_mesh
 from mgrpo_jax.training.optimizer import OptimizerConfig, make_optimizer
 from mgrpo_jax.training.slice_common import RunPaths, log, make_registry
 from mgrpo_jax.training.train_state import create_train_state
 
-SFT_BUCKETS = (128, 256, 384, 512, 768, 1024, 1536, 2048, 4096)
+SFT_BUCKETS = (128, 192, 256, 320, 384, 448, 512, 576, 640, 768, 1024, 1536, 2048, 4096)
 _DONE = "warm_start.json"
 
 
@@ -44,24 +49,50 @@ def trained_roles(mode: str) -> tuple[str, ...]:
   return ("main",) if mode in ("single_agent", "shared_policy") else ("main", "sub")
 
 
-def warm_start_dirs(paths: RunPaths, mode: str) -> dict[str, str]:
-  return {role: str(paths.local / "warm_start" / role) for role in trained_roles(mode)}
+def demonstration_questions(config) -> list:
+  """`warm_start.num_questions` questions of the configured stage about the TRAIN world.
+
+  Drawn with their own seed, as many as asked (not limited to the RL split's size):
+  more distinct entities in the demonstrations teach copying names rather than
+  memorizing them. The test world's entities never appear.
+  """
+  world = config.world
+  train_world, _ = datasets_lib.make_split_worlds(str(world.size), int(world.seed),
+                                                  int(world.test_seed))
+  seed = agent_setup.derive_seed(int(config.experiment.seed), "demonstration_questions")
+  return questions_lib.synthesize(train_world, int(config.warm_start.num_questions),
+                                  stage=STAGES[str(world.stage)], seed=seed % 2**16,
+                                  id_prefix="demo")
+
+
+def warm_start_folder(config, paths: RunPaths) -> pathlib.Path:
+  """`warm_start.dir` resolved against the run's folder (default `<local>/warm_start`)."""
+  return (paths.local / (str(config.warm_start.dir) or "warm_start")).resolve()
 
 
 def run_warm_start(config, paths: RunPaths) -> dict[str, str]:
-  """Stage 1 (module docstring); returns {role: parameter checkpoint folder}."""
+  """Stage 1 (module docstring); returns {role: parameter checkpoint folder}.
+
+  A folder shared by several runs (`warm_start.dir`) is built once, under a file lock.
+  """
+  folder = warm_start_folder(config, paths)
+  folder.mkdir(parents=True, exist_ok=True)
+  with file_lock(folder / ".lock"):
+    return _warm_start_once(config, paths, folder)
+
+
+def _warm_start_once(config, paths: RunPaths, folder: pathlib.Path) -> dict[str, str]:
   mode = str(config.experiment.mode)
-  dirs = warm_start_dirs(paths, mode)
-  done = paths.local / "warm_start" / _DONE
+  dirs = {role: str(folder / role) for role in trained_roles(mode)}
+  done = folder / _DONE
   if done.exists():
-    log(f"warm start: reusing {done.parent}")
+    log(f"warm start: reusing {folder}")
     return dirs
   ws = config.warm_start
   seed = int(config.experiment.seed)
   started = time.perf_counter()
   world_path = ensure_world(paths.local, config.world)
-  questions = load_questions(world_path, config.world,
-                             str(config.world.stage))[:int(ws.num_questions)]
+  questions = demonstration_questions(config)
   registry = make_registry(world_path, top_n=int(config.tools.search_top_n),
                            visit_budget=int(config.tools.visit_chars))
   main_spec, sub_spec = agent_setup.agent_specs(config)
@@ -85,7 +116,8 @@ def run_warm_start(config, paths: RunPaths) -> dict[str, str]:
     state, layout = create_train_state(model, make_optimizer(optim), mesh,
                                        seed=agent_setup.derive_seed(seed, "warm_start", role))
     sft_config = warm_start.SFTConfig(epochs=int(ws.epochs), batch_rows=int(ws.batch_rows),
-                                      buckets=SFT_BUCKETS,
+                                      buckets=SFT_BUCKETS, length_groups=8,
+                                      nll_every_epoch=False,
                                       seed=agent_setup.derive_seed(seed, "sft", role))
     role_started = time.perf_counter()
     _, metrics = warm_start.sft(state, layout, sequences[role], sft_config,

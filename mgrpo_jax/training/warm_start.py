@@ -161,6 +161,9 @@ class SFTConfig:
     buckets: allowed T values of a batch (the smallest bucket >= its longest row).
     seed: seeds the shuffle of each epoch.
     micro_batch_size: rows per micro-batch of the update (0: whole batch).
+    length_groups: batches per length-sorted window (`sft_batches`; 1: plain shuffle).
+    nll_every_epoch: measure the demonstrations' NLL after every epoch (one forward
+      pass over them each), else only before and after.
   """
 
   epochs: int = 3
@@ -168,6 +171,8 @@ class SFTConfig:
   buckets: tuple[int, ...] = DEFAULT_LENGTH_BUCKETS
   seed: int = 0
   micro_batch_size: int = 0
+  length_groups: int = 1
+  nll_every_epoch: bool = True
 
   def __post_init__(self):
     if self.epochs < 1:
@@ -186,14 +191,24 @@ def sft_batches(sequences: Sequence[TokenSequence], config: SFTConfig, epoch: in
                 *, pad_id: int = 0) -> list:
   """The [N, T] `TrainBatch`es of one epoch: a seeded shuffle cut into N-row batches.
 
+  With `length_groups` g > 1, each window of g*N shuffled sequences is sorted by length
+  before it is cut, and the batches are then shuffled: every sequence is still seen once
+  per epoch, but a batch's T (its longest row's bucket) wastes less padding.
+
   The last batch is filled with empty rows of weight 0; advantages are 1 on real rows.
   """
   rng = np.random.default_rng([config.seed, epoch])
   order = rng.permutation(len(sequences))
   n = config.batch_rows
+  if config.length_groups > 1:  # similar lengths share a batch: less padding, same data
+    window = n * config.length_groups
+    order = np.concatenate([
+        sorted(order[i:i + window], key=lambda j: len(sequences[j].ids))
+        for i in range(0, len(order), window)])
+  chunks = [order[start:start + n] for start in range(0, len(order), n)]
   batches = []
-  for start in range(0, len(order), n):
-    chunk = [sequences[i] for i in order[start:start + n]]
+  for index in rng.permutation(len(chunks)):
+    chunk = [sequences[i] for i in chunks[index]]
     batches.append(pack_sequences(chunk, np.ones(len(chunk), np.float32), num_rows=n,
                                   buckets=config.buckets, pad_id=pad_id))
   return batches
@@ -234,7 +249,8 @@ def sft(state: TrainState, layout: StateLayout, sequences: Sequence[TokenSequenc
     pad_id: token id of padding.
 
   Returns:
-    (state, metrics): metrics["nll"] = [mean NLL before SFT, after epoch 1, ...],
+    (state, metrics): metrics["nll"] = [mean NLL before SFT, after epoch 1, ...] (or
+    [before, after] without `nll_every_epoch`),
     metrics["steps"] = optimizer steps taken.
   """
   if not sequences:
@@ -247,7 +263,8 @@ def sft(state: TrainState, layout: StateLayout, sequences: Sequence[TokenSequenc
     for batch in sft_batches(sequences, config, epoch, pad_id=pad_id):
       state, _ = update(state, batch)
       steps += 1
-    nll.append(demonstration_nll(state, layout, sequences, config))
+    if config.nll_every_epoch or epoch == config.epochs - 1:
+      nll.append(demonstration_nll(state, layout, sequences, config))
   metrics = {"nll": nll, "steps": steps}
   if checkpoint_dir is not None:
     save_warm_start(state, checkpoint_dir, metadata={"warm_start": metrics})

@@ -67,8 +67,10 @@ def test_paper_comparison_is_modes_by_seeds_with_run_ids():
   expected = [(mode, seed) for mode in MODES for seed in (0, 1, 2)]
   assert [run.name for run in sweep.runs] == [f"{m}-s{s}" for m, s in expected]
   for run, (mode, seed) in zip(sweep.runs, expected, strict=True):
+    team = "single" if mode == "single_agent" else "multi"  # one warm start per team, seed
     assert dict(run.overrides) == {"experiment.mode": mode, "experiment.seed": seed,
-                                   "experiment.run_id": run.name}
+                                   "experiment.run_id": run.name,
+                                   "warm_start.dir": f"../warm_start/{team}-s{seed}"}
 
 
 def test_learning_rate_sweep_is_main_by_sub_by_seed():

@@ -176,3 +176,26 @@ def test_sft_lowers_nll_and_saves_a_restorable_checkpoint(env, tmp_path):
   assert agent_setup.tree_equal(ref_trainer.state.ref_params, state.params)
   assert warm_start.demonstration_nll(trainer.state, fresh_layout, sequences,
                                       config) == pytest.approx(nll[-1], rel=1e-5)
+
+
+def test_length_groups_keep_every_sequence_once_and_cut_padding():
+  rng = np.random.default_rng(0)
+  lengths = rng.integers(20, 500, size=64)
+  sequences = [TokenSequence(np.full(n, i, np.int32), np.r_[0, np.ones(n - 1)].astype(np.float32),
+                             np.zeros(n, np.float32)) for i, n in enumerate(lengths)]
+  buckets = (128, 256, 384, 512)
+  plain = warm_start.SFTConfig(batch_rows=8, buckets=buckets, seed=3)
+  grouped = warm_start.SFTConfig(batch_rows=8, buckets=buckets, seed=3, length_groups=8)
+
+  def seen(batches):
+    ids = [int(row[0]) for b in batches for row, w in zip(b.ids, b.weights, strict=True) if w]
+    return sorted(ids)
+
+  for epoch in range(2):
+    plain_batches = warm_start.sft_batches(sequences, plain, epoch)
+    grouped_batches = warm_start.sft_batches(sequences, grouped, epoch)
+    assert seen(plain_batches) == seen(grouped_batches) == list(range(64))
+    padded = [sum(b.ids.size for b in bs) for bs in (plain_batches, grouped_batches)]
+    assert padded[1] < 0.8 * padded[0], padded
+  assert [b.ids.tolist() for b in warm_start.sft_batches(sequences, grouped, 1)] == [
+      b.ids.tolist() for b in warm_start.sft_batches(sequences, grouped, 1)]  # seeded
