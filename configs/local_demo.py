@@ -20,7 +20,7 @@ from mgrpo_jax.config import apply_overrides, base_config
 OVERRIDES = {
     "experiment.name": "local_demo",
     "experiment.run_id": "local_demo",
-    "experiment.num_steps": 8,
+    "experiment.num_steps": 6,
     "world.size": "tiny",
     "world.stage": "stage1",
     "world.tokenizer_vocab_size": 1024,
@@ -32,8 +32,8 @@ OVERRIDES = {
     "mgrpo.aligned_sub_calls": 2,
     "mgrpo.max_sub_calls": 3,
     "warm_start.enabled": True,
-    "warm_start.num_questions": 300,
-    "warm_start.epochs": 6,
+    "warm_start.num_questions": 1000,
+    "warm_start.epochs": 2,
     "warm_start.batch_rows": 16,
     "eval.enabled": True,
     "eval.num_questions": 40,
@@ -43,7 +43,7 @@ OVERRIDES = {
 }
 for _agent, _turns in (("main", 5), ("sub", 4)):
   OVERRIDES.update({
-      f"{_agent}.model.preset": "tiny",
+      f"{_agent}.model.preset": "small",
       f"{_agent}.sampling.max_new_tokens": 96,
       f"{_agent}.limits.max_turns": _turns,
       f"{_agent}.limits.max_context": 768,

@@ -17,6 +17,7 @@ from typing import Any
 
 from mgrpo_jax.metrics.writer import read_metrics
 
+LABEL = 32
 ROWS = (("held-out accuracy", "accuracy"), ("  95% half-width", "accuracy_ci95"),
         ("format rate", "format_rate"), ("sub-calls per rollout", "sub_calls_mean"))
 
@@ -51,13 +52,13 @@ def summary_table(before: Mapping[str, Any] | None, after: Mapping[str, Any] | N
       return summary.get(key[0], {}).get(key[1], 0.0)
     return summary.get(key)
 
-  header = f"{'':26s}" + "".join(f"{name:>12s}" for name, _ in columns)
+  header = f"{'':{LABEL}s}" + "".join(f"{name:>12s}" for name, _ in columns)
   if len(columns) == 2:
     header += f"{'change':>12s}"
   lines = [title, header] if title else [header]
   for label, key in keys:
     values = [value(s, key) for _, s in columns]
-    line = f"{label:26s}" + "".join(f"{v:12.3f}" for v in values)
+    line = f"{label:{LABEL}s}" + "".join(f"{v:12.3f}" for v in values)
     if len(columns) == 2 and key != "accuracy_ci95":
       line += f"{values[1] - values[0]:+12.3f}"
     lines.append(line)

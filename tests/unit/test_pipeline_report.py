@@ -90,7 +90,7 @@ def test_report_writes_pngs_and_a_table_with_the_change(tmp_path):
   after = dict(before, accuracy=0.75, tool_calls_mean={"delegate": 1.5, "reason": 0.5})
   report = write_report(tmp_path, tmp_path / "logs" / "main" / "metrics.jsonl",
                         tmp_path / "logs" / "sub" / "metrics.jsonl", before, after, title="t")
-  lines = {line[:26].strip(): line[26:].split() for line in report.table.splitlines()}
+  lines = {line[:32].strip(): line[32:].split() for line in report.table.splitlines()}
   assert lines["held-out accuracy"] == ["0.250", "0.750", "+0.500"]
   assert lines["reason calls per rollout"] == ["0.000", "0.500", "+0.500"]
   assert lines["95% half-width"] == ["0.100", "0.100"]

@@ -82,7 +82,8 @@ def test_activation_lines_follow_the_documented_formulas():
                      WORKLOAD)
   c = CONFIG
   assert plan.activations == 2 * 16 * c.hidden_size * c.num_layers * 4
-  assert plan.attention == 2 * (c.num_heads // 2) * 16 * 16 * 4
+  # Scores and probabilities of every layer: 2 x L x rows x heads x T x T float32.
+  assert plan.attention == 2 * c.num_layers * 2 * (c.num_heads // 2) * 16 * 16 * 4
   assert plan.logits == 2 * 16 * (c.vocab_size // 2) * 4
   assert plan.kv_cache == 2 * c.num_layers * (c.num_kv_heads // 2) * c.head_dim * 32 * 2 * 4
   assert plan.gradients == plan.parameters  # float32 params, no micro-batching
