@@ -91,7 +91,8 @@ def _command(workdir: pathlib.Path, *extra: str) -> list[str]:
   gin_path = workdir.parent / "keyed.gin"
   gin_path.write_text(GIN)
   return [sys.executable, str(ROOT / "launch" / "tpu_run.py"), "--slice=main",
-          "--config=" + str(ROOT / "configs" / "local_demo.py"), f"--workdir={workdir}",
+          "--config=" + str(ROOT / "tests" / "integration" / "plumbing_config.py"),
+          f"--workdir={workdir}",
           f"--gin_file={gin_path}", *OVERRIDES, *extra]
 
 

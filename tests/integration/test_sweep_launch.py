@@ -177,7 +177,9 @@ def _wait_for(predicate, timeout_s: float):
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_stops_the_running_runs_and_their_slices(tmp_path, signum):
-  sweep_file, workdir = write_sweep(tmp_path, {"train": {}}), tmp_path / "work"
+  # RL straight away (no warm start, no evaluation): the slices start within seconds.
+  rl_only = {"warm_start.enabled": False, "eval.enabled": False}
+  sweep_file, workdir = write_sweep(tmp_path, {"train": rl_only}), tmp_path / "work"
   proc = subprocess.Popen([sys.executable, str(SWEEP), f"--sweep={sweep_file}",
                            f"--workdir={workdir}"], cwd=ROOT, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)

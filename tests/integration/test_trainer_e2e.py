@@ -1,6 +1,6 @@
 """Two-process training through `launch/tpu_run.py --slice=all`, and exact resume after SIGKILL.
 
-The slices run the tiny models of configs/local_demo.py with a policy mix
+The slices run the tiny models of tests/integration/plumbing_config.py with a policy mix
 (`trainer_policy_mix.ThinkingOracle`: model-sampled thinking, oracle actions) so that M
 delegates, S reports and rewards and advantages are not all 0. The resumed run is
 killed at named points of the step protocol (`MGRPO_FAULT`: during M's rollouts, after

@@ -11,10 +11,10 @@ from __future__ import annotations
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+import plumbing_config as demo
 import trainer_harness
 from flax import nnx
 
-import configs.local_demo as demo
 from mgrpo_jax.config import apply_overrides
 from mgrpo_jax.metrics.writer import read_metrics
 from mgrpo_jax.store import open_store

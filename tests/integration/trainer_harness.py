@@ -1,4 +1,4 @@
-"""Runs `launch/tpu_run.py` for trainer tests: the tiny demo config, small B/K/D, policy mix."""
+"""Runs `launch/tpu_run.py` for trainer tests: plumbing_config.py, small B/K/D, policy mix."""
 
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ def command(workdir, *extra, slice_name="all", fault=None):
   if fault:
     env["MGRPO_FAULT"] = fault
   argv = [sys.executable, str(ROOT / "launch" / "tpu_run.py"), f"--slice={slice_name}",
-          "--config=" + str(ROOT / "configs" / "local_demo.py"), f"--workdir={workdir}",
+          "--config=" + str(ROOT / "tests" / "integration" / "plumbing_config.py"),
+          f"--workdir={workdir}",
           f"--gin_file={gin_path}", *OVERRIDES, *extra]
   return argv, env
 
