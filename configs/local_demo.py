@@ -4,8 +4,8 @@
 
 On 2 CPU cores, from the tiny world (400 train pages, a held-out test world of unseen
 entities): the noisy oracles demonstrate training questions and both agents (small
-models with a SentencePiece tokenizer trained on the world's corpus, short system
-prompts) are fine-tuned on them (stage 1); M-GRPO then trains M and S from there
+models with smeared keys and a SentencePiece tokenizer trained on the world's corpus,
+short system prompts) are fine-tuned on them (stage 1); M-GRPO then trains M and S from there
 (stage 2, B queries x K rollouts, D aligned sub-calls); the agents are evaluated on the
 test world before and after RL. Outputs under the workdir: metrics.jsonl and TensorBoard
 events per slice, report/rewards.png, report/accuracy.png and report/summary.txt (the
@@ -44,6 +44,7 @@ OVERRIDES = {
 for _agent, _turns in (("main", 5), ("sub", 4)):
   OVERRIDES.update({
       f"{_agent}.model.preset": "small",
+      f"{_agent}.model.smeared_keys": True,
       f"{_agent}.sampling.max_new_tokens": 96,
       f"{_agent}.limits.max_turns": _turns,
       f"{_agent}.limits.max_context": 768,

@@ -54,6 +54,11 @@ def _agent_spec(role: str, preset: str) -> dict[str, Any]:
                              "pretrained model's own, else one trained on the world's corpus)."),
           "dtype": Field("float32", "Activation dtype.", choices=("float32", "bfloat16")),
           "scan_layers": Field(False, "Scan over layers (faster compiles for deep models)."),
+          "smeared_keys": Field(False, "Keys mix in the previous token's key (Olsson et al. "
+                                "2022): small models trained from scratch learn to copy "
+                                "names and numbers from their context within a few hundred "
+                                "steps. Presets only (pretrained weights have no such "
+                                "parameter)."),
       },
       "sampling": {
           "temperature": Field(1.0, "Sampling temperature (0 = greedy).", low=0.0, high=10.0),
@@ -142,6 +147,10 @@ SPEC: dict[str, Any] = {
                      "warm start."),
         "num_questions": Field(300, "Training questions the noisy oracles demonstrate.", low=1),
         "epochs": Field(8, "Passes over the demonstrations.", low=1),
+        "copy_steps": Field(0, "Steps of the copy curriculum before the demonstrations "
+                            "(`training/copy_curriculum.py`; 0: none). Models trained from "
+                            "scratch with smeared keys learn there to copy names and numbers.",
+                            low=0),
         "batch_rows": Field(16, "Sequences per supervised update.", low=1),
         "learning_rate": Field(3e-3, "Peak AdamW learning rate of the warm start.", low=0.0,
                                high=1.0),

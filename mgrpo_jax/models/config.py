@@ -62,6 +62,12 @@ class ModelConfig:
     rope_scaling: optional Llama-3 RoPE scaling.
     scan_layers: run the blocks with one `jax.lax.scan` over stacked parameters
       (shorter compile; identical outputs).
+    smeared_keys: each attention key mixes in the previous token's key, with a learned
+      weight per kv head (Olsson et al. 2022, "smeared keys"): one layer can then
+      implement an induction head (find the earlier occurrence of the current token,
+      copy what followed it), which small models trained from scratch otherwise take
+      thousands of steps to form. Off for pretrained checkpoints (they have no such
+      parameter).
     dtype: activation / matmul dtype.
     param_dtype: storage dtype of the parameters.
     sharding_rules: logical axis name -> mesh axis (or None: replicated).
@@ -81,6 +87,7 @@ class ModelConfig:
   max_seq_len: int = 2048
   rope_scaling: RopeScaling | None = None
   scan_layers: bool = False
+  smeared_keys: bool = False
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
   sharding_rules: LogicalRules = DEFAULT_RULES

@@ -144,8 +144,37 @@ class KVSlots:
     return k_layer, v_layer
 
 
+def smear_keys(k: jax.Array, key_valid: jax.Array, weight_logit: jax.Array,
+               inv_freq: np.ndarray) -> jax.Array:
+  """Smeared keys: k'_s = a k_s + (1 - a) k_{s-1}, per kv head (Olsson et al. 2022).
+
+  The mix happens before RoPE: k'_s is rotated to slot s's position. Since `k` is
+  already rotated, the previous slot's key is rotated on by one position (positions of
+  consecutive real tokens differ by 1), which is the same as mixing the raw keys and
+  rotating the result. A slot whose previous slot is not a real token of the same row
+  (the first token, the first after left padding) keeps a k_s.
+
+  Args:
+    k: [B, S, K, H] keys, RoPE applied.
+    key_valid: bool [B, S], True at slots holding real tokens.
+    weight_logit: [K] logits of a = sigmoid(logit), the weight of the current key.
+    inv_freq: [H/2] RoPE inverse frequencies (`rope_inverse_frequencies`).
+
+  Returns:
+    [B, S, K, H] smeared keys, in k's dtype.
+  """
+  k32 = k.astype(jnp.float32)
+  prev = jnp.pad(k32, ((0, 0), (1, 0), (0, 0), (0, 0)))[:, :-1]
+  prev_valid = jnp.pad(key_valid, ((0, 0), (1, 0)))[:, :-1] & key_valid
+  step = inv_freq.astype(np.float32)[None, None, :]  # [1, 1, H/2]: one position's angles
+  prev = apply_rope(prev, np.cos(step), np.sin(step)) * prev_valid[:, :, None, None]
+  a = jax.nn.sigmoid(weight_logit.astype(jnp.float32))[None, None, :, None]
+  return (a * k32 + (1.0 - a) * prev).astype(k.dtype)
+
+
 class Attention(nnx.Module):
-  """Multi-head attention with grouped kv heads, RoPE and optional q/k/v bias."""
+  """Multi-head attention with grouped kv heads, RoPE, optional q/k/v bias and smeared keys.
+  """
 
   def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
     c = config
@@ -158,10 +187,18 @@ class Attention(nnx.Module):
     self.v_proj = Dense(c.hidden_size, c.num_kv_heads * c.head_dim, axes=("embed", "kv"),
                         use_bias=c.qkv_bias, **kw)
     self.o_proj = Dense(c.num_heads * c.head_dim, c.hidden_size, axes=("heads", "embed"), **kw)
+    self.key_smear = (nnx.Param(jnp.zeros((c.num_kv_heads,), c.param_dtype),
+                                out_sharding=(None,), eager_sharding=False)
+                      if c.smeared_keys else None)
+    self.rope = (c.head_dim, c.rope_theta, c.rope_scaling)
 
   def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array, mask: jax.Array,
                slots: KVSlots | None = None, layer: int | jax.Array = 0) -> jax.Array:
-    """x [B, T, D] -> [B, T, D]; with `slots`, k/v go through the cache of `layer`."""
+    """x [B, T, D] -> [B, T, D]; with `slots`, k/v go through the cache of `layer`.
+
+    The last query row of `mask` [B, T, S] sees every real key up to it (causal), so it
+    is the key-validity mask that smeared keys need, in both the full and cached paths.
+    """
     b, t, _ = x.shape
     q = self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim)
     k = self.k_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim)
@@ -169,6 +206,9 @@ class Attention(nnx.Module):
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     if slots is not None:
       k, v = slots.store(layer, k, v)
+    if self.key_smear is not None:
+      k = smear_keys(k, mask[:, -1, :], self.key_smear[...],
+                     rope_inverse_frequencies(*self.rope))
     return self.o_proj(grouped_attention(q, k.astype(q.dtype), v.astype(q.dtype), mask))
 
 

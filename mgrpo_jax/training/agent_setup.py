@@ -97,6 +97,9 @@ def build_model(agent, role: str, root: str | pathlib.Path, config):
   dtype = jnp.bfloat16 if model_cfg.dtype == "bfloat16" else jnp.float32
   overrides = {"dtype": dtype, "scan_layers": bool(model_cfg.scan_layers)}
   if _is_pretrained(preset):
+    if model_cfg.smeared_keys:
+      raise ValueError(f"{role}.model.smeared_keys: pretrained weights ({preset!r}) have no "
+                       "key-smear parameters; use it with a preset trained from scratch")
     model, tokenizer = load_pretrained(preset, **overrides)
     if model_cfg.tokenizer:
       tokenizer = load_tokenizer(str(model_cfg.tokenizer))
@@ -105,7 +108,7 @@ def build_model(agent, role: str, root: str | pathlib.Path, config):
                else world_tokenizer(root, config))
   max_seq_len = 2 * int(agent.limits.max_context)
   model_config = get_config(preset, vocab_size=tokenizer.vocab_size, max_seq_len=max_seq_len,
-                            **overrides)
+                            smeared_keys=bool(model_cfg.smeared_keys), **overrides)
   return init_model(model_config, derive_seed(config.experiment.seed, "init", role)), tokenizer
 
 

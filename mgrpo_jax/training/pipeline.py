@@ -2,8 +2,9 @@
 
   warm_start  (`warm_start.enabled`) the paper's stage 1: the noisy oracles demonstrate
               `warm_start.num_questions` questions about the training world
-              (`demonstration_questions`); each trained agent is
-              fine-tuned on its own demonstrations (`warm_start.sft`) and saved as a
+              (`demonstration_questions`); each trained agent first learns to copy
+              (`warm_start.copy_steps` of `copy_curriculum`), then is fine-tuned on
+              its own demonstrations (`warm_start.sft`) and saved as a
               parameter checkpoint in `<local>/warm_start/<role>` (or `warm_start.dir`,
               shared by runs with the same warm start); the RL slices start
               from it (`<role>.model.init_checkpoint`, unless already set).
@@ -32,7 +33,7 @@ from mgrpo_jax.metrics import report
 from mgrpo_jax.tasks import datasets as datasets_lib
 from mgrpo_jax.tasks import questions as questions_lib
 from mgrpo_jax.tasks.oracle.noise import MainNoise, SubNoise
-from mgrpo_jax.training import agent_setup, evaluation, warm_start
+from mgrpo_jax.training import agent_setup, copy_curriculum, evaluation, warm_start
 from mgrpo_jax.training.data import STAGES, ensure_world
 from mgrpo_jax.training.files import atomic_write, file_lock
 from mgrpo_jax.training.mesh import MeshConfig, create_mesh
@@ -42,6 +43,8 @@ from mgrpo_jax.training.train_state import create_train_state
 
 SFT_BUCKETS = (128, 192, 256, 320, 384, 448, 512, 576, 640, 768, 1024, 1536, 2048, 4096)
 _DONE = "warm_start.json"
+# Tokens per copy-curriculum sequence (`copy_curriculum.copy_sequences`).
+COPY_LENGTH = 128
 
 
 def trained_roles(mode: str) -> tuple[str, ...]:
@@ -119,17 +122,39 @@ def _warm_start_once(config, paths: RunPaths, folder: pathlib.Path) -> dict[str,
                                       buckets=SFT_BUCKETS, length_groups=8,
                                       nll_every_epoch=False,
                                       seed=agent_setup.derive_seed(seed, "sft", role))
+    pad_id = role_tokenizer.pad_id or 0
     role_started = time.perf_counter()
+    summary[role] = {"demonstrations": len(sequences[role])}
+    if int(ws.copy_steps):
+      state, summary[role]["copy_curriculum"] = _learn_to_copy(
+          role, state, layout, sequences[role], int(ws.copy_steps), sft_config, pad_id)
     _, metrics = warm_start.sft(state, layout, sequences[role], sft_config,
-                                checkpoint_dir=directory, pad_id=role_tokenizer.pad_id or 0)
-    summary[role] = {"demonstrations": len(sequences[role]), "steps": metrics["steps"],
-                     "nll": metrics["nll"], "seconds": time.perf_counter() - role_started}
+                                checkpoint_dir=directory, pad_id=pad_id)
+    summary[role].update(steps=metrics["steps"], nll=metrics["nll"],
+                         seconds=time.perf_counter() - role_started)
     log(f"warm start {role}: {len(sequences[role])} demonstrations, {metrics['steps']} steps, "
         f"NLL {metrics['nll'][0]:.2f} -> {metrics['nll'][-1]:.3f} "
         f"({summary[role]['seconds']:.0f} s)")
   summary["seconds"] = time.perf_counter() - started
   atomic_write(done, json.dumps(summary, indent=1).encode())
   return dirs
+
+
+def _learn_to_copy(role: str, state, layout, demonstrations, steps: int,
+                   sft_config: warm_start.SFTConfig, pad_id: int) -> tuple[Any, dict[str, Any]]:
+  """`steps` SFT steps of the copy curriculum, over the demonstrations' token ids."""
+  started = time.perf_counter()
+  sequences = copy_curriculum.copy_sequences(
+      steps * sft_config.batch_rows, copy_curriculum.demonstration_token_ids(demonstrations),
+      length=COPY_LENGTH, seed=sft_config.seed)
+  config = warm_start.SFTConfig(epochs=1, batch_rows=sft_config.batch_rows,
+                                buckets=(COPY_LENGTH,), seed=sft_config.seed,
+                                nll_every_epoch=False)
+  state, metrics = warm_start.sft(state, layout, sequences, config, pad_id=pad_id)
+  metrics["seconds"] = time.perf_counter() - started
+  log(f"copy curriculum {role}: {metrics['steps']} steps, NLL of the copies {metrics['nll'][0]:.2f} "
+      f"-> {metrics['nll'][-1]:.3f} ({metrics['seconds']:.0f} s)")
+  return state, metrics
 
 
 def with_init_checkpoints(config, dirs: dict[str, str]):

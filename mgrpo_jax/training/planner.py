@@ -252,7 +252,8 @@ def agent_model_config(agent: Any, role: str) -> tuple[str, ModelConfig]:
   overrides = dict(dtype=_DTYPES[str(agent["model"]["dtype"])],
                    scan_layers=bool(agent["model"]["scan_layers"]))
   if preset in PRESETS:
-    return preset, get_config(preset, **overrides)
+    return preset, get_config(preset, smeared_keys=bool(agent["model"]["smeared_keys"]),
+                              **overrides)
   path = pathlib.Path(preset)
   if path.is_dir():
     from mgrpo_jax.models.weights.safetensors import read_hf_config

@@ -115,3 +115,13 @@ def test_every_preset_is_documented_and_an_unknown_one_is_named(module):
     assert f"\n  {name} " in module.__doc__, name
   with pytest.raises(ValueError, match=r"unknown preset 'tpu'.*cpu_smoke, tpu_v5e_8"):
     module.get_config("tpu")
+
+
+def test_smeared_keys_are_refused_for_pretrained_weights(module, tmp_path):
+  """Pretrained checkpoints have no key-smear parameters: the error names the key before
+  any weights are read."""
+  config = module.get_config("cpu_smoke")
+  config.sub.model.smeared_keys = True
+  validate(config)
+  with pytest.raises(ValueError, match=r"sub\.model\.smeared_keys: .*smollm2_135m"):
+    agent_setup.build_model(config.sub, "sub", tmp_path, config)
