@@ -173,8 +173,7 @@ def smear_keys(k: jax.Array, key_valid: jax.Array, weight_logit: jax.Array,
 
 
 class Attention(nnx.Module):
-  """Multi-head attention with grouped kv heads, RoPE, optional q/k/v bias and smeared keys.
-  """
+  """Multi-head attention: grouped kv heads, RoPE, optional q/k/v bias and smeared keys."""
 
   def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
     c = config

@@ -10,6 +10,7 @@ from flax import nnx
 
 from mgrpo_jax.models import get_config, init_cache, init_model
 from mgrpo_jax.models.layers import apply_rope, rope_angles, rope_inverse_frequencies, smear_keys
+from mgrpo_jax.models.weights.hf_layout import WeightFileError, hf_tensors_from_model
 
 forward = nnx.jit(lambda model, ids: model(ids))
 masked_forward = nnx.jit(lambda model, ids, mask: model(ids, mask))
@@ -60,6 +61,11 @@ def test_parameter_exists_only_when_enabled(smeared):
   plain = init_model(get_config("tiny"), seed=0)
   assert plain.layers[0].attn.key_smear is None
   assert smeared.layers[0].attn.key_smear.shape == (plain.config.num_kv_heads,)
+
+
+def test_hugging_face_export_refuses_rather_than_dropping_the_smear_weights(smeared):
+  with pytest.raises(WeightFileError, match="smeared keys"):
+    hf_tensors_from_model(smeared)
 
 
 def test_weight_one_is_the_plain_model():

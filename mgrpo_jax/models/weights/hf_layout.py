@@ -116,6 +116,10 @@ def model_from_hf_tensors(config: ModelConfig, tensors: Mapping[str, np.ndarray]
 def hf_tensors_from_model(model: Transformer) -> dict[str, np.ndarray]:
   """The inverse of `model_from_hf_tensors`: HF name -> float32 numpy array."""
   config = model.config
+  if config.smeared_keys:
+    raise WeightFileError("a model with smeared keys has no Hugging Face layout (its key-smear "
+                          "weights would be lost); save its parameters with orbax "
+                          "(training.checkpoint.save_params)")
   flat = {_state_path(p): np.asarray(x, np.float32) for p, x in
           jax.tree_util.tree_flatten_with_path(nnx.state(model))[0]}
   out = {}
