@@ -48,6 +48,7 @@ def test_smeared_keys_learn_to_copy_where_plain_keys_do_not():
   plain, plain_metrics = _trained(False)
   assert smeared_metrics["steps"] == plain_metrics["steps"] == STEPS
   smeared_accuracy, plain_accuracy = _copy_accuracy(smeared), _copy_accuracy(plain)
-  assert smeared_accuracy > 0.9, (smeared_accuracy, smeared_metrics["nll"])
-  assert plain_accuracy < 0.2, (plain_accuracy, plain_metrics["nll"])
-  assert smeared_metrics["nll"][-1] < 0.5 < plain_metrics["nll"][-1]
+  # Measured: 0.93 (NLL of the copies 0.39) against 0.001 (NLL 6.15, ln V = 6.24).
+  assert smeared_accuracy > 0.8, (smeared_accuracy, smeared_metrics["nll"])
+  assert plain_accuracy < 0.05, (plain_accuracy, plain_metrics["nll"])
+  assert smeared_metrics["nll"][-1] < 1.0 and plain_metrics["nll"][-1] > 5.0
