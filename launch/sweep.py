@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 from collections import deque
+from typing import NoReturn
 
 from absl import app, flags
 
@@ -42,6 +43,7 @@ from mgrpo_jax.config.sweep import (
   load_config_file,
   load_sweep,
 )
+from mgrpo_jax.utils import cli
 
 _LAUNCHER = pathlib.Path(__file__).resolve().parent / "tpu_run.py"
 DONE_MARKER = "SWEEP_DONE"
@@ -88,7 +90,7 @@ class RunState:
   started: float = 0.0
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
   sys.stderr.write(f"sweep.py: error: {' '.join(message.split())}\n")
   sys.exit(2)
 
@@ -268,18 +270,7 @@ def main(argv: list[str]) -> None:
 
 
 def _parse_flags(argv: list[str]) -> list[str]:
-  """absl flag parsing where a bad flag exits 2 with one line."""
-  try:
-    return flags.FLAGS(argv)
-  except SystemExit:
-    # absl exits 1 after printing --help/--helpfull; asking for help is not an error.
-    if any(arg.split("=")[0] in ("--help", "-h", "-?", "--helpshort", "--helpfull")
-           for arg in argv[1:]):
-      sys.exit(0)
-    raise
-  except flags.Error as e:
-    _fail(str(e))
-  raise AssertionError("unreachable")
+  return cli.parse_flags(argv, _fail)
 
 
 if __name__ == "__main__":

@@ -29,17 +29,19 @@ one line naming it.
 from __future__ import annotations
 
 import sys
+from typing import NoReturn
 
 from absl import app, flags
 from ml_collections import config_flags
 
 from mgrpo_jax.config import ConfigError, iter_fields, validate
 from mgrpo_jax.plugins import parse_gin
+from mgrpo_jax.utils import cli
 
 _KNOWN_KEYS = {key for key, _ in iter_fields()}
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
   """Exits with status 2 after one line: the first and last lines of a long message."""
   lines = [line.strip() for line in message.splitlines() if line.strip()]
   if len(lines) > 1:
@@ -105,20 +107,7 @@ _PROCESS_ID = flags.DEFINE_integer(
     lower_bound=0)
 
 def _parse_flags(argv: list[str]) -> list[str]:
-  """absl flag parsing where any bad flag exits 2 with one line."""
-  try:
-    return flags.FLAGS(argv)
-  except SystemExit:
-    # absl exits 1 after printing --help/--helpfull; asking for help is not an error.
-    if any(arg.split("=")[0] in ("--help", "-h", "-?", "--helpshort", "--helpfull")
-           for arg in argv[1:]):
-      sys.exit(0)
-    raise
-  except flags.Error as e:
-    _fail(str(e))
-  except (AttributeError, KeyError) as e:
-    _fail(f"bad config override: {e}")
-  raise AssertionError("unreachable")
+  return cli.parse_flags(argv, _fail)
 
 
 def _load_config():
