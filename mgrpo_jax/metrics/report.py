@@ -85,15 +85,8 @@ def plot_training(main_rows: Sequence[Mapping[str, float]],
     steps, values = _series(rows, key)
     if steps:
       ax.plot(steps, values, marker="o", label=label)
-  ax.set_xlabel("RL step")
-  ax.set_ylabel("mean reward")
-  ax.set_title("Training rewards per agent")
-  ax.grid(alpha=0.3)
-  ax.legend()
-  rewards = folder / "rewards.png"
-  fig.tight_layout()
-  fig.savefig(rewards, dpi=100)
-  plt.close(fig)
+  ax.set(xlabel="RL step", ylabel="mean reward", title="Training rewards per agent")
+  rewards = _save_figure(plt, fig, ax, folder / "rewards.png")
 
   fig, ax = plt.subplots(figsize=(6, 3.5))
   steps, values = _series(main_rows, "main/correct_mean")
@@ -105,17 +98,19 @@ def plot_training(main_rows: Sequence[Mapping[str, float]],
     if summary is not None:
       ax.errorbar([x], [summary["accuracy"]], yerr=[summary["accuracy_ci95"]], fmt="s",
                   capsize=4, label=label)
-  ax.set_xlabel("RL step")
-  ax.set_ylabel("accuracy")
-  ax.set_ylim(-0.02, 1.02)
-  ax.set_title("Main agent accuracy")
+  ax.set(xlabel="RL step", ylabel="accuracy", ylim=(-0.02, 1.02), title="Main agent accuracy")
+  accuracy = _save_figure(plt, fig, ax, folder / "accuracy.png")
+  return [rewards, accuracy]
+
+
+def _save_figure(plt: Any, fig: Any, ax: Any, path: pathlib.Path) -> pathlib.Path:
+  """Grid, legend, tight layout; writes `path` (PNG, 100 dpi) and closes the figure."""
   ax.grid(alpha=0.3)
   ax.legend()
-  accuracy = folder / "accuracy.png"
   fig.tight_layout()
-  fig.savefig(accuracy, dpi=100)
+  fig.savefig(path, dpi=100)
   plt.close(fig)
-  return [rewards, accuracy]
+  return path
 
 
 def write_report(local: pathlib.Path, main_metrics: pathlib.Path, sub_metrics: pathlib.Path,
