@@ -122,6 +122,25 @@ def _finish(state: RunState, exit_code: int) -> None:
     (state.folder / DONE_MARKER).write_text(json.dumps(marker) + "\n")
 
 
+def _group_running(pgid: int) -> bool:
+  """Whether a process of group `pgid` still runs (zombies count as stopped; Linux /proc)."""
+  for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+    try:
+      state, _, group = stat.read_text().rsplit(")", 1)[1].split()[:3]
+    except (OSError, ValueError):
+      continue  # the process exited while being read
+    if int(group) == pgid and state != "Z":
+      return True
+  return False
+
+
+def _wait_until_group_stopped(pgid: int, timeout_s: float = _STOP_GRACE_S) -> None:
+  """After the SIGKILL: the slices (grandchildren) take a moment to die; wait for them."""
+  deadline = time.monotonic() + timeout_s
+  while _group_running(pgid) and time.monotonic() < deadline:
+    time.sleep(0.05)
+
+
 def _stop(state: RunState) -> None:
   """SIGTERM to the run's launcher (it stops its slices), then SIGKILL to what is left of
   its process group (its own session: pgid == pid) after a grace period."""
@@ -137,6 +156,7 @@ def _stop(state: RunState) -> None:
   except ProcessLookupError:
     pass  # the whole group has exited
   process.wait()
+  _wait_until_group_stopped(process.pid)
   state.exit_code = process.returncode
   state.wall_s = time.monotonic() - state.started
   state.status = "interrupted"

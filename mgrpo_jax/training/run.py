@@ -87,19 +87,20 @@ def run_both(config, workdir: str) -> None:
   signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
   children: dict[str, subprocess.Popen] = {}
   relays = []
-  for name in ("sub", "main"):
-    command = [sys.executable, str(_LAUNCHER), f"--slice={name}", f"--config={config_path}",
-               f"--workdir={paths.workdir}", f"--gin_file={gin_path}",
-               "--verbosity=-1"]
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
-    children[name] = child
-    atomic_write(paths.local / "launch" / f"{name}.pid", str(child.pid).encode())
-    relay = threading.Thread(target=_relay, args=(name, child.stdout, sys.stdout), daemon=True)
-    relay.start()
-    relays.append(relay)
   failed = None
-  try:
+  try:  # from the first spawn on: a SIGTERM at any point stops what has been started
+    for name in ("sub", "main"):
+      command = [sys.executable, str(_LAUNCHER), f"--slice={name}", f"--config={config_path}",
+                 f"--workdir={paths.workdir}", f"--gin_file={gin_path}",
+                 "--verbosity=-1"]
+      child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               env=dict(os.environ, PYTHONUNBUFFERED="1"))
+      children[name] = child
+      atomic_write(paths.local / "launch" / f"{name}.pid", str(child.pid).encode())
+      relay = threading.Thread(target=_relay, args=(name, child.stdout, sys.stdout),
+                               daemon=True)
+      relay.start()
+      relays.append(relay)
     while failed is None and any(c.poll() is None for c in children.values()):
       failed = next((n for n, c in children.items() if c.poll() not in (None, 0)), None)
       time.sleep(0.2)
