@@ -1,4 +1,7 @@
-"""Smeared keys (`ModelConfig.smeared_keys`): the math, the KV cache, padding, the off switch."""
+"""Smeared keys (`ModelConfig.smeared_keys`): the math, scan, export, the off switch.
+
+The KV cache and padding tests run on a smeared model too: test_models_transformer.py.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +11,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from mgrpo_jax.models import get_config, init_cache, init_model
+from mgrpo_jax.models import get_config, init_model
 from mgrpo_jax.models.layers import apply_rope, rope_angles, rope_inverse_frequencies, smear_keys
 from mgrpo_jax.models.weights.hf_layout import WeightFileError, hf_tensors_from_model
 
 forward = nnx.jit(lambda model, ids: model(ids))
-masked_forward = nnx.jit(lambda model, ids, mask: model(ids, mask))
-cached_forward = nnx.jit(lambda model, ids, cache: model.forward_cached(ids, cache))
 
 
 def _random_ids(seed: int, shape: tuple[int, ...], vocab: int = 256) -> np.ndarray:
@@ -77,44 +78,6 @@ def test_weight_one_is_the_plain_model():
                              atol=1e-5, rtol=0)
   assert not np.allclose(forward(_smeared_model([0.0] * 4), ids), forward(plain, ids),
                          atol=1e-3)
-
-
-def test_kv_cache_decode_matches_full_forward(smeared):
-  """Left-padded prompts of lengths 3, 6, 1 and 5 decode steps equal an unpadded forward
-  of each row: the cached path smears the same keys as the full one."""
-  lengths, prompt_len, steps = [3, 6, 1], 6, 5
-  rows = [_random_ids(i, (n + steps,)) for i, n in enumerate(lengths)]
-  start = np.array([prompt_len - n for n in lengths], np.int32)
-  prompt = np.zeros((3, prompt_len), np.int32)
-  for i, n in enumerate(lengths):
-    prompt[i, prompt_len - n:] = rows[i][:n]
-  cache = init_cache(smeared.config, 3, prompt_len + steps, start)
-  logits, cache = cached_forward(smeared, prompt, cache)
-  got = [[logits[i, prompt_len - n:]] for i, n in enumerate(lengths)]
-  for t in range(steps):
-    step_ids = np.array([[rows[i][n + t]] for i, n in enumerate(lengths)], np.int32)
-    logits, cache = cached_forward(smeared, step_ids, cache)
-    for i in range(3):
-      got[i].append(logits[i])
-  for i in range(3):
-    want = forward(smeared, rows[i][None])[0]
-    np.testing.assert_allclose(np.concatenate(got[i]), want, atol=1e-5, rtol=0)
-
-
-def test_left_and_right_padding_match_unpadded(smeared):
-  rows = [_random_ids(5, (4,)), _random_ids(6, (9,))]
-  width = 9
-  right, left = np.zeros((2, width), np.int32), np.zeros((2, width), np.int32)
-  right_mask, left_mask = np.zeros_like(right), np.zeros_like(left)
-  for i, r in enumerate(rows):
-    right[i, :len(r)], right_mask[i, :len(r)] = r, 1
-    left[i, width - len(r):], left_mask[i, width - len(r):] = r, 1
-  right_logits = masked_forward(smeared, right, right_mask)
-  left_logits = masked_forward(smeared, left, left_mask)
-  for i, r in enumerate(rows):
-    want = forward(smeared, r[None])[0]
-    np.testing.assert_allclose(right_logits[i, :len(r)], want, atol=1e-5, rtol=0)
-    np.testing.assert_allclose(left_logits[i, width - len(r):], want, atol=1e-5, rtol=0)
 
 
 def test_scanned_layers_match_unrolled():

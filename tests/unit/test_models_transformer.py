@@ -32,6 +32,21 @@ def tiny_scanned(tiny):
   return model_from_hf_tensors(config, hf_tensors_from_model(tiny), "tiny")
 
 
+@pytest.fixture(scope="module")
+def tiny_smeared():
+  """Smeared keys with a different mix weight per kv head (tests of the mix itself:
+  test_models_smeared_keys.py)."""
+  model = init_model(get_config("tiny", smeared_keys=True), seed=0)
+  for layer in model.layers:
+    layer.attn.key_smear[...] = np.asarray([-1.5, 0.0, 0.7, 2.0], np.float32)
+  return model
+
+
+@pytest.fixture
+def variant(request, tiny, tiny_scanned, tiny_smeared):
+  return {"unrolled": tiny, "scanned": tiny_scanned, "smeared": tiny_smeared}[request.param]
+
+
 def test_logits_shape_and_dtype(tiny):
   logits = forward(tiny, _random_ids(0, (3, 7)))
   assert logits.shape == (3, 7, 256)
@@ -39,11 +54,11 @@ def test_logits_shape_and_dtype(tiny):
   assert np.all(np.isfinite(logits))
 
 
-@pytest.mark.parametrize("scanned", [False, True])
-def test_kv_cache_decode_matches_full_forward(tiny, tiny_scanned, scanned):
+@pytest.mark.parametrize("variant", ["unrolled", "scanned", "smeared"], indirect=True)
+def test_kv_cache_decode_matches_full_forward(variant):
   """Left-padded prompts of lengths 3, 6, 1, then 5 decode steps; every position's logits
   equal those of an unpadded full forward of that row."""
-  model = tiny_scanned if scanned else tiny
+  model = variant
   lengths, prompt_len, steps = [3, 6, 1], 6, 5
   rows = [_random_ids(i, (n + steps,)) for i, n in enumerate(lengths)]
   start = np.array([prompt_len - n for n in lengths], np.int32)
@@ -70,7 +85,8 @@ def test_scan_layers_matches_unrolled(tiny, tiny_scanned):
   assert tiny_scanned.blocks.attn.q_proj.kernel.shape == (2, 64, 128)
 
 
-def test_left_and_right_padding_match_unpadded(tiny):
+@pytest.mark.parametrize("variant", ["unrolled", "smeared"], indirect=True)
+def test_left_and_right_padding_match_unpadded(variant):
   rows = [_random_ids(5, (4,)), _random_ids(6, (9,))]
   width = 9
   right = np.zeros((2, width), np.int32)
@@ -79,10 +95,10 @@ def test_left_and_right_padding_match_unpadded(tiny):
   for i, r in enumerate(rows):
     right[i, :len(r)], right_mask[i, :len(r)] = r, 1
     left[i, width - len(r):], left_mask[i, width - len(r):] = r, 1
-  right_logits = masked_forward(tiny, right, right_mask)
-  left_logits = masked_forward(tiny, left, left_mask)
+  right_logits = masked_forward(variant, right, right_mask)
+  left_logits = masked_forward(variant, left, left_mask)
   for i, r in enumerate(rows):
-    want = forward(tiny, r[None])[0]
+    want = forward(variant, r[None])[0]
     np.testing.assert_allclose(right_logits[i, :len(r)], want, atol=1e-5, rtol=0)
     np.testing.assert_allclose(left_logits[i, width - len(r):], want, atol=1e-5, rtol=0)
 
