@@ -3,10 +3,11 @@
   python launch/tpu_run.py --slice=all --config=configs/local_demo.py
 
 On 2 CPU cores, from the tiny world (400 train pages, a held-out test world of unseen
-entities): the noisy oracles demonstrate training questions and both agents (small
-models with smeared keys and a SentencePiece tokenizer trained on the world's corpus,
-short system prompts) are fine-tuned on them (stage 1); M-GRPO then trains M and S from there
-(stage 2, B queries x K rollouts, D aligned sub-calls); the agents are evaluated on the
+entities): the noisy oracles demonstrate training questions spread over 50 training
+worlds, and both agents (small models with smeared keys and a SentencePiece tokenizer
+trained on the world's corpus, short system prompts) first learn to copy on the copy
+curriculum, then are fine-tuned on the demonstrations (stage 1); M-GRPO then trains M
+and S from there (stage 2, B queries x K rollouts, D aligned sub-calls); the agents are evaluated on the
 test world before and after RL. Outputs under the workdir: metrics.jsonl and TensorBoard
 events per slice, report/rewards.png, report/accuracy.png and report/summary.txt (the
 table printed at the end).
@@ -33,6 +34,8 @@ OVERRIDES = {
     "mgrpo.max_sub_calls": 3,
     "warm_start.enabled": True,
     "warm_start.num_questions": 1000,
+    "warm_start.num_worlds": 50,
+    "warm_start.copy_steps": 300,
     "warm_start.epochs": 2,
     "warm_start.batch_rows": 16,
     "eval.enabled": True,

@@ -1,10 +1,10 @@
 """The whole run of `--slice=all` as stages, each resumable and each runnable alone.
 
   warm_start  (`warm_start.enabled`) the paper's stage 1: the noisy oracles demonstrate
-              `warm_start.num_questions` questions about the training world
-              (`demonstration_questions`); each trained agent first learns to copy
-              (`warm_start.copy_steps` of `copy_curriculum`), then is fine-tuned on
-              its own demonstrations (`warm_start.sft`) and saved as a
+              `warm_start.num_questions` questions about `warm_start.num_worlds`
+              training worlds (`demonstration_worlds`); each trained agent first
+              learns to copy (`warm_start.copy_steps` of `copy_curriculum`), then is
+              fine-tuned on its own demonstrations (`warm_start.sft`) and saved as a
               parameter checkpoint in `<local>/warm_start/<role>` (or `warm_start.dir`,
               shared by runs with the same warm start); the RL slices start
               from it (`<role>.model.init_checkpoint`, unless already set).
@@ -30,15 +30,19 @@ from typing import Any
 from absl import logging as absl_logging
 
 from mgrpo_jax.metrics import report
-from mgrpo_jax.tasks import datasets as datasets_lib
-from mgrpo_jax.tasks import questions as questions_lib
 from mgrpo_jax.tasks.oracle.noise import MainNoise, SubNoise
-from mgrpo_jax.training import agent_setup, copy_curriculum, evaluation, warm_start
-from mgrpo_jax.training.data import STAGES, ensure_world
+from mgrpo_jax.training import (
+  agent_setup,
+  copy_curriculum,
+  demonstration_worlds,
+  evaluation,
+  warm_start,
+)
+from mgrpo_jax.training.data import ensure_world
 from mgrpo_jax.training.files import atomic_write, file_lock
 from mgrpo_jax.training.mesh import MeshConfig, create_mesh
 from mgrpo_jax.training.optimizer import OptimizerConfig, make_optimizer
-from mgrpo_jax.training.slice_common import RunPaths, log, make_registry
+from mgrpo_jax.training.slice_common import RunPaths, log
 from mgrpo_jax.training.train_state import create_train_state
 
 SFT_BUCKETS = (128, 192, 256, 320, 384, 448, 512, 576, 640, 768, 1024, 1536, 2048, 4096)
@@ -50,22 +54,6 @@ COPY_LENGTH = 128
 def trained_roles(mode: str) -> tuple[str, ...]:
   """Agents with their own weights in `mode` ("main" is the single agent there)."""
   return ("main",) if mode in ("single_agent", "shared_policy") else ("main", "sub")
-
-
-def demonstration_questions(config) -> list:
-  """`warm_start.num_questions` questions of the configured stage about the TRAIN world.
-
-  Drawn with their own seed, as many as asked (not limited to the RL split's size):
-  more distinct entities in the demonstrations teach copying names rather than
-  memorizing them. The test world's entities never appear.
-  """
-  world = config.world
-  train_world, _ = datasets_lib.make_split_worlds(str(world.size), int(world.seed),
-                                                  int(world.test_seed))
-  seed = agent_setup.derive_seed(int(config.experiment.seed), "demonstration_questions")
-  return questions_lib.synthesize(train_world, int(config.warm_start.num_questions),
-                                  stage=STAGES[str(world.stage)], seed=seed % 2**16,
-                                  id_prefix="demo")
 
 
 def warm_start_folder(config, paths: RunPaths) -> pathlib.Path:
@@ -95,22 +83,23 @@ def _warm_start_once(config, paths: RunPaths, folder: pathlib.Path) -> dict[str,
   seed = int(config.experiment.seed)
   started = time.perf_counter()
   world_path = ensure_world(paths.local, config.world)
-  questions = demonstration_questions(config)
-  registry = make_registry(world_path, top_n=int(config.tools.search_top_n),
-                           visit_budget=int(config.tools.visit_chars))
+  worlds = demonstration_worlds.demonstration_worlds(config, world_path, folder)
   main_spec, sub_spec = agent_setup.agent_specs(config)
   models = {role: agent_setup.build_model(config[role], role, paths.local, config)
             for role in dirs}
   tokenizer = models["main"][1]
-  demos = warm_start.collect_demonstrations(
-      tokenizer, registry, agent_setup.rollout_config(config), questions,
-      main_noise=MainNoise(rate=float(ws.main_noise_rate), seed=seed),
-      sub_noise=SubNoise(rate=float(ws.sub_noise_rate), seed=seed),
-      mode="single_agent" if mode == "single_agent" else "mgrpo",
-      main_spec=main_spec, sub_spec=sub_spec, key=agent_setup.derive_seed(seed, "demos"))
-  sequences = {"main": demos.main + (demos.sub if mode == "shared_policy" else []),
-               "sub": demos.sub}
-  summary: dict[str, Any] = {"num_questions": len(questions)}
+  sequences: dict[str, list] = {"main": [], "sub": []}
+  for world in worlds:
+    demos = warm_start.collect_demonstrations(
+        tokenizer, world.registry, agent_setup.rollout_config(config), world.questions,
+        main_noise=MainNoise(rate=float(ws.main_noise_rate), seed=seed),
+        sub_noise=SubNoise(rate=float(ws.sub_noise_rate), seed=seed),
+        mode="single_agent" if mode == "single_agent" else "mgrpo",
+        main_spec=main_spec, sub_spec=sub_spec, key=agent_setup.derive_seed(seed, "demos"))
+    sequences["main"] += demos.main + (demos.sub if mode == "shared_policy" else [])
+    sequences["sub"] += demos.sub
+  summary: dict[str, Any] = {"num_questions": sum(len(w.questions) for w in worlds),
+                             "num_worlds": len(worlds)}
   for role, directory in dirs.items():
     model, role_tokenizer = models[role]
     optim = OptimizerConfig(learning_rate=float(ws.learning_rate), weight_decay=0.0,

@@ -55,7 +55,7 @@ def test_clean_oracles_answer_the_held_out_world(setup):
 
 def test_systematic_mistakes_cost_the_targeted_types(setup):
   clean, noisy = _evaluate(setup, 0.0), _evaluate(setup, 0.6)
-  assert noisy["accuracy"] < clean["accuracy"] - 0.1, (clean, noisy)  # measured 0.92 -> 0.71
+  assert noisy["accuracy"] < clean["accuracy"] - 0.1, (clean, noisy)  # measured 0.92 -> 0.72
   assert noisy["accuracy_by_type"]["puzzle"] < 0.7
   assert noisy["tool_calls_mean"].get("reason", 0) < clean["tool_calls_mean"]["reason"]
 

@@ -73,6 +73,7 @@ def test_policies_are_stepwise(env):
   sub = OracleSubAgent()
   action = sub.next_action(first.text, [])
   assert action.kind == "tool" and action.name == "search"
+  assert dict(action.args) == {"query": first.text}  # the sub-task, copied whole
   observation = registry.call(action.name, dict(action.args)).text
   visit = sub.next_action(first.text, [Step(action, observation)])
   assert visit.kind == "tool" and visit.name == "visit"

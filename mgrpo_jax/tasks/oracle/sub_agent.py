@@ -1,9 +1,12 @@
 """Scripted sub-agent S: search the entity, visit its page, extract the fact, report.
 
 Step-wise: `next_action(subtask, history)` replays the history to find where it is.
-Without noise: search(subject) -> visit(the hit whose title is the subject) ->
-report "The <label> of <subject> is <value>." An unparsable sub-task gets one search
-and then "No facts found.". With `SubNoise`, targeted properties get the configured
+Without noise: search(the sub-task's text) -> visit(the hit whose title is the subject)
+-> report "The <label> of <subject> is <value>." An unparsable sub-task gets the same
+search and then "No facts found.". Searching with the whole sub-task (BM25 over the
+OR of its non-stopword terms ranks the subject's page first, as the subject alone
+does) makes the query a copy of the user message from its first token, which a small
+model learns by induction; the subject alone would start at a token chosen by its role. With `SubNoise`, targeted properties get the configured
 systematic mistakes (see `noise`).
 """
 
@@ -61,14 +64,12 @@ class OracleSubAgent:
     return noise_lib.triggered(self.noise.rate, self.noise.seed, kind, subtask)
 
   def next_action(self, subtask: str, history: Sequence[Step]) -> Action:
+    if not history:
+      return Action.tool("search", query=subtask[:_MAX_QUERY])
     parsed = statements.parse_subtask(subtask)
     if parsed is None:
-      if not history:
-        return Action.tool("search", query=subtask[:_MAX_QUERY])
       return Action.report(statements.NO_FACTS)
     prop, subject = parsed
-    if not history:
-      return Action.tool("search", query=subject)
     hits = parsing.parse_hits(history[0].observation)
     exact = [h for h in hits if h[0] == subject]
     if not exact:

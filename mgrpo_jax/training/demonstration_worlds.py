@@ -1,0 +1,85 @@
+"""The training worlds the warm start's demonstrations come from, with their search tools.
+
+A model trained from scratch on demonstrations about one 400-page world can lower its
+loss on entity names by memorizing the few hundred names it keeps seeing, and then
+invents training-world names on the test world instead of copying the unseen ones
+from its context (docs/RESULTS.md). Demonstrations spread over many worlds make almost
+every name new, so copying is the only way to predict it.
+
+World 0 is the run's own training world (its built index, the world RL trains on);
+worlds 1..W-1 are generated from seeds derived from `world.seed` with none of the test
+world's names, so the held-out split stays unseen, and each gets its own SQLite FTS5
+index under `<folder>/worlds/`. `warm_start.num_questions` questions of the configured
+stage are split evenly over the W = `warm_start.num_worlds` worlds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+
+from mgrpo_jax.agents.tools import SearchIndex, ToolRegistry, default_registry
+from mgrpo_jax.agents.tools.search import build_index
+from mgrpo_jax.tasks import datasets as datasets_lib
+from mgrpo_jax.tasks import questions as questions_lib
+from mgrpo_jax.tasks.pages import render_pages
+from mgrpo_jax.tasks.world import generate_world
+from mgrpo_jax.training import agent_setup
+from mgrpo_jax.training.data import STAGES
+
+
+@dataclasses.dataclass(frozen=True)
+class DemonstrationWorld:
+  """One world's share of the demonstrated questions and the tools that answer them."""
+  questions: list[questions_lib.Question]
+  registry: ToolRegistry
+
+
+def world_seed(config, index: int) -> int:
+  """The seed of demonstration world `index` >= 1 (never the test world's seed)."""
+  seed = agent_setup.derive_seed(int(config.world.seed), "demonstration_world", index)
+  return seed + 1 if seed == int(config.world.test_seed) else seed
+
+
+def question_counts(total: int, num_worlds: int) -> list[int]:
+  """`total` split over `num_worlds` as evenly as possible (earlier worlds get the rest)."""
+  if num_worlds < 1 or total < num_worlds:
+    raise ValueError(f"warm_start.num_questions ({total}) must be at least "
+                     f"warm_start.num_worlds ({num_worlds}) >= 1")
+  share, rest = divmod(total, num_worlds)
+  return [share + (i < rest) for i in range(num_worlds)]
+
+
+def demonstration_worlds(config, world_path: pathlib.Path, folder: pathlib.Path
+                         ) -> list[DemonstrationWorld]:
+  """The W worlds of the module docstring, their questions drawn with their own seeds.
+
+  Args:
+    config: the run's config (`world.*`, `warm_start.*`, `tools.*`, `experiment.seed`).
+    world_path: the run's built world (`data.ensure_world`): world 0 and its index.
+    folder: where the other worlds' indexes are written (`<folder>/worlds/`).
+  """
+  world, ws = config.world, config.warm_start
+  train_world, test_world = datasets_lib.make_split_worlds(
+      str(world.size), int(world.seed), int(world.test_seed))
+  counts = question_counts(int(ws.num_questions), int(ws.num_worlds))
+  run_seed = int(config.experiment.seed)
+  out = []
+  for index, count in enumerate(counts):
+    if index == 0:
+      source, registry = train_world, agent_setup.tool_registry(world_path, config)
+    else:
+      source = generate_world(str(world.size), world_seed(config, index),
+                              exclude_names=frozenset(test_world.names))
+      index_path = folder / "worlds" / f"world_{index}.sqlite"
+      if not index_path.exists():
+        build_index(render_pages(source), index_path)
+      registry = default_registry(SearchIndex.open(index_path),
+                                  top_n=int(config.tools.search_top_n),
+                                  visit_budget=int(config.tools.visit_chars))
+    names = ("demonstration_questions",) + ((index,) if index else ())
+    seed = agent_setup.derive_seed(run_seed, *names) % 2**16
+    questions = questions_lib.synthesize(source, count, stage=STAGES[str(world.stage)],
+                                         seed=seed, id_prefix=f"demo-w{index}" if index else "demo")
+    out.append(DemonstrationWorld(questions, registry))
+  return out
