@@ -20,6 +20,9 @@ from mgrpo_jax.metrics.writer import read_metrics
 LABEL = 32
 ROWS = (("held-out accuracy", "accuracy"), ("  95% half-width", "accuracy_ci95"),
         ("format rate", "format_rate"), ("sub-calls per rollout", "sub_calls_mean"))
+# Rows shown when a summary has them (`evaluation.copy_rates`).
+COPY_ROWS = (("M first action = oracle's", "first_action_oracle_rate"),
+             ("S query = its sub-task", "sub_query_copy_rate"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +44,8 @@ def summary_table(before: Mapping[str, Any] | None, after: Mapping[str, Any] | N
   columns = [(name, s) for name, s in columns if s is not None]
   if not columns:
     return f"{title}: no evaluation"
-  keys = list(ROWS)
+  keys = list(ROWS) + [(label, key) for label, key in COPY_ROWS
+                       if all(key in s for _, s in columns)]
   tools = sorted({t for _, s in columns for t in s.get("tool_calls_mean", {})})
   keys += [(f"{t} calls per rollout", ("tool_calls_mean", t)) for t in tools]
   types = sorted({t for _, s in columns for t in s.get("accuracy_by_type", {})})

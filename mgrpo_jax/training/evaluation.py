@@ -13,6 +13,11 @@ summarizes:
   tool_calls_mean    executed calls per rollout of each tool, by name (M's or the single
                      agent's own, plus S's search/visit under "sub/<name>")
   examples           a few decoded trajectories (M, and S's first call)
+  copy diagnostics   (`copy_rates`) first_action_oracle_rate: M's first tool call equals
+                     the clean scripted oracle's first action (right tool, sub-task or
+                     expression copied right); sub_query_copy_rate: S's first call
+                     searches its sub-task verbatim. They measure the copying that
+                     answers are built from, before any answer is right.
 
 `evaluate_sources` builds the policies from orbax checkpoints (the warm start's
 parameters, or the RL run's latest state) so the same numbers come out for any stage.
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 import pathlib
 from collections.abc import Sequence
 from typing import Any
@@ -34,6 +40,7 @@ from mgrpo_jax.agents.modes import Agent, make_controller
 from mgrpo_jax.agents.records import MainRecord, SubRecord
 from mgrpo_jax.agents.scoring import score
 from mgrpo_jax.tasks.judges import ExactMatchJudge
+from mgrpo_jax.tasks.oracle import Action, OracleMainAgent
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.checkpoint import AgentCheckpointer, restore_params
 from mgrpo_jax.training.data import ensure_world, load_questions
@@ -79,6 +86,7 @@ def summarize(main: Sequence[MainRecord], sub: Sequence[SubRecord], questions,
       "sub_calls_mean": float(np.mean([r.num_sub_calls for r in main])),
       "tool_calls_mean": {name: count / n for name, count in sorted(tools.items())},
   }
+  summary.update(copy_rates(main, sub, questions))
   if tokenizer is not None:
     examples = []
     for record in main[:NUM_EXAMPLES]:
@@ -105,6 +113,41 @@ def evaluate(mode: str, main: Agent, sub: Agent | None, registry, rollout_config
   scored_main, scored_sub = score(out.main, out.sub, by_id, ExactMatchJudge())
   return EvalResult(summarize(scored_main, scored_sub, by_id, main.tokenizer),
                     scored_main, scored_sub)
+
+
+def _call_of(action: Action) -> tuple[str, dict[str, Any]] | None:
+  """(tool name, arguments) of an oracle action as M would call it; None for a result."""
+  if action.kind == "tool":
+    return action.name, dict(action.args)
+  if action.kind == "delegate":
+    return specs.DELEGATE, {"subtask": action.text}
+  return None
+
+
+def _first_call(record: MainRecord | SubRecord) -> tuple[str, Any] | None:
+  calls = record.trajectory.tool_calls
+  if not calls:
+    return None
+  try:
+    return calls[0].name, json.loads(calls[0].arguments)
+  except json.JSONDecodeError:
+    return calls[0].name, None
+
+
+def copy_rates(main: Sequence[MainRecord], sub: Sequence[SubRecord], questions
+               ) -> dict[str, float]:
+  """The copy diagnostics of the module docstring (M's only for role "main" records)."""
+  rates = {}
+  oracle = OracleMainAgent()
+  delegating = [r for r in main if r.role == "main"]
+  if delegating:
+    rates["first_action_oracle_rate"] = float(np.mean([
+        _first_call(r) == _call_of(oracle.next_action(questions[r.query_id].text, []))
+        for r in delegating]))
+  if sub:
+    rates["sub_query_copy_rate"] = float(np.mean([
+        _first_call(r) == ("search", {"query": r.subtask}) for r in sub]))
+  return rates
 
 
 @dataclasses.dataclass(frozen=True)

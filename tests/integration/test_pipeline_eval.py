@@ -49,6 +49,8 @@ def test_clean_oracles_answer_the_held_out_world(setup):
   assert summary["accuracy_by_type"]["puzzle"] == 1.0
   assert summary["format_rate"] >= 0.95
   assert summary["tool_calls_mean"]["sub/visit"] > 0.9  # S reads pages
+  assert summary["first_action_oracle_rate"] == 1.0  # the copy diagnostics of the oracle
+  assert summary["sub_query_copy_rate"] == 1.0
   assert 0.0 < summary["accuracy_ci95"] < 0.1
   assert summary["examples"][0]["main"].startswith("<|im_start|>system")
 
@@ -58,6 +60,7 @@ def test_systematic_mistakes_cost_the_targeted_types(setup):
   assert noisy["accuracy"] < clean["accuracy"] - 0.1, (clean, noisy)  # measured 0.92 -> 0.72
   assert noisy["accuracy_by_type"]["puzzle"] < 0.7
   assert noisy["tool_calls_mean"].get("reason", 0) < clean["tool_calls_mean"]["reason"]
+  assert noisy["first_action_oracle_rate"] < 1.0  # puzzles sent to S
 
 
 def test_the_train_world_index_does_not_answer_test_questions(setup):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 
 import jax
@@ -79,6 +80,32 @@ def test_summary_accuracy_is_the_mean_over_questions_with_a_normal_interval():
   assert out["num_questions"] == 3 and out["num_rollouts"] == 6
 
 
+def test_copy_rates_compare_first_calls_with_the_clean_oracle():
+  def record(qid, k, name, arguments):
+    call = ToolCall(0, name, arguments, True, 0.0)
+    return MainRecord(qid, k, "main", dataclasses.replace(_trajectory("a"), tool_calls=(call,)),
+                      num_sub_calls=0, correct=0.0)
+
+  questions = {"p": dataclasses.replace(_question("p", "puzzle"),
+                                        text="What is 56 multiplied by 40, minus 17?"),
+               "l": dataclasses.replace(_question("l", "lookup"),
+                                        text="What is the medium of Kurrarzul Tide?")}
+  main = [record("p", 0, "reason", '{"problem": "56 * 40 - 17"}'),
+          record("p", 1, "reason", '{"problem": "56 * 40"}'),
+          record("l", 0, "delegate", '{"subtask": "Find the medium of Kurrarzul Tide."}'),
+          record("l", 1, "delegate", '{"subtask": "Find the medium of Kurrarzul"')]
+  subtask = "Find the medium of Kurrarzul Tide."
+  sub = [SubRecord("l", 0, 0, subtask, "", "r", dataclasses.replace(
+             _trajectory("r"), tool_calls=(ToolCall(0, "search", json.dumps({"query": q}),
+                                                    True, 0.0),)))
+         for q in (subtask, "Kurrarzul Tide", subtask[:-1])]
+  out = summarize(main, sub, questions)
+  assert out["first_action_oracle_rate"] == pytest.approx(2 / 4)
+  assert out["sub_query_copy_rate"] == pytest.approx(1 / 3)
+  single = [dataclasses.replace(r, role="single") for r in main]
+  assert "first_action_oracle_rate" not in summarize(single, [], questions)
+
+
 def test_report_writes_pngs_and_a_table_with_the_change(tmp_path):
   writer = MetricsWriter(tmp_path / "logs" / "main", tensorboard=False)
   for step, reward in enumerate((0.2, 0.5)):
@@ -94,6 +121,12 @@ def test_report_writes_pngs_and_a_table_with_the_change(tmp_path):
   assert lines["held-out accuracy"] == ["0.250", "0.750", "+0.500"]
   assert lines["reason calls per rollout"] == ["0.000", "0.500", "+0.500"]
   assert lines["95% half-width"] == ["0.100", "0.100"]
+  assert "M first action = oracle's" not in lines  # summaries without copy diagnostics
+  copying = {"first_action_oracle_rate": 0.25, "sub_query_copy_rate": 0.5}
+  table = summary_table(dict(before, **copying), dict(after, **copying), "t")
+  rows = {line[:32].strip(): line[32:].split() for line in table.splitlines()}
+  assert rows["M first action = oracle's"] == ["0.250", "0.250", "+0.000"]
+  assert rows["S query = its sub-task"] == ["0.500", "0.500", "+0.000"]
   for path in report.files[:2]:
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   assert report.files[2].read_text().strip() == report.table
