@@ -36,6 +36,7 @@ OVERRIDES = {
     "warm_start.num_questions": 1000,
     "warm_start.num_worlds": 50,
     "warm_start.copy_steps": 300,
+    "warm_start.window_copy_steps": 100,
     "warm_start.epochs": 2,
     "warm_start.batch_rows": 16,
     "eval.enabled": True,

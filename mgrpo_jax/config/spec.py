@@ -156,6 +156,11 @@ SPEC: dict[str, Any] = {
                             "(`training/copy_curriculum.py`; 0: none). Models trained from "
                             "scratch with smeared keys learn there to copy names and numbers.",
                             low=0),
+        "window_copy_steps": Field(0, "Steps after those of windows of the agent's own "
+                                   "demonstrations with one span copied, the loss on every "
+                                   "token (`copy_curriculum.window_sequences`): natural "
+                                   "repeats stop the random-token circuit's copy loops.",
+                                   low=0),
         "batch_rows": Field(16, "Sequences per supervised update.", low=1),
         "learning_rate": Field(3e-3, "Peak AdamW learning rate of the warm start.", low=0.0,
                                high=1.0),

@@ -3,7 +3,8 @@
   warm_start  (`warm_start.enabled`) the paper's stage 1: the noisy oracles demonstrate
               `warm_start.num_questions` questions about `warm_start.num_worlds`
               training worlds (`demonstration_worlds`); each trained agent first
-              learns to copy (`warm_start.copy_steps` of `copy_curriculum`), then is
+              learns to copy (`warm_start.copy_steps` and `window_copy_steps` of
+              `copy_curriculum`), then is
               fine-tuned on its own demonstrations (`warm_start.sft`) and saved as a
               parameter checkpoint in `<local>/warm_start/<role>` (or `warm_start.dir`,
               shared by runs with the same warm start); the RL slices start
@@ -114,9 +115,10 @@ def _warm_start_once(config, paths: RunPaths, folder: pathlib.Path) -> dict[str,
     pad_id = role_tokenizer.pad_id or 0
     role_started = time.perf_counter()
     summary[role] = {"demonstrations": len(sequences[role])}
-    if int(ws.copy_steps):
+    if int(ws.copy_steps) or int(ws.window_copy_steps):
       state, summary[role]["copy_curriculum"] = _learn_to_copy(
-          role, state, layout, sequences[role], int(ws.copy_steps), sft_config, pad_id)
+          role, state, layout, sequences[role], int(ws.copy_steps),
+          int(ws.window_copy_steps), sft_config, pad_id)
     _, metrics = warm_start.sft(state, layout, sequences[role], sft_config,
                                 checkpoint_dir=directory, pad_id=pad_id)
     summary[role].update(steps=metrics["steps"], nll=metrics["nll"],
@@ -129,21 +131,30 @@ def _warm_start_once(config, paths: RunPaths, folder: pathlib.Path) -> dict[str,
   return dirs
 
 
-def _learn_to_copy(role: str, state, layout, demonstrations, steps: int,
+def _learn_to_copy(role: str, state, layout, demonstrations, steps: int, window_steps: int,
                    sft_config: warm_start.SFTConfig, pad_id: int) -> tuple[Any, dict[str, Any]]:
-  """`steps` SFT steps of the copy curriculum, over the demonstrations' token ids."""
+  """The copy curriculum: `steps` SFT steps of random-token copies over the
+  demonstrations' token ids, then `window_steps` of copies inside their own windows."""
   started = time.perf_counter()
-  sequences = copy_curriculum.copy_sequences(
-      steps * sft_config.batch_rows, copy_curriculum.demonstration_token_ids(demonstrations),
-      length=COPY_LENGTH, seed=sft_config.seed)
-  config = warm_start.SFTConfig(epochs=1, batch_rows=sft_config.batch_rows,
-                                buckets=(COPY_LENGTH,), seed=sft_config.seed,
-                                nll_every_epoch=False)
-  state, metrics = warm_start.sft(state, layout, sequences, config, pad_id=pad_id)
-  metrics["seconds"] = time.perf_counter() - started
-  log(f"copy curriculum {role}: {metrics['steps']} steps, NLL of the copies {metrics['nll'][0]:.2f} "
-      f"-> {metrics['nll'][-1]:.3f} ({metrics['seconds']:.0f} s)")
-  return state, metrics
+  rows = sft_config.batch_rows
+  phases = {
+      "random": (steps, lambda: copy_curriculum.copy_sequences(
+          steps * rows, copy_curriculum.demonstration_token_ids(demonstrations),
+          length=COPY_LENGTH, seed=sft_config.seed)),
+      "windows": (window_steps, lambda: copy_curriculum.window_sequences(
+          window_steps * rows, demonstrations, length=COPY_LENGTH, seed=sft_config.seed)),
+  }
+  config = warm_start.SFTConfig(epochs=1, batch_rows=rows, buckets=(COPY_LENGTH,),
+                                seed=sft_config.seed, nll_every_epoch=False)
+  summary: dict[str, Any] = {}
+  for phase, (count, sequences) in phases.items():
+    if count:
+      state, summary[phase] = warm_start.sft(state, layout, sequences(), config, pad_id=pad_id)
+      log(f"copy curriculum {role} ({phase}): {summary[phase]['steps']} steps, NLL "
+          f"{summary[phase]['nll'][0]:.2f} -> {summary[phase]['nll'][-1]:.3f}")
+  summary["seconds"] = time.perf_counter() - started
+  log(f"copy curriculum {role}: {summary['seconds']:.0f} s")
+  return state, summary
 
 
 def with_init_checkpoints(config, dirs: dict[str, str]):

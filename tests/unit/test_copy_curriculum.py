@@ -12,6 +12,7 @@ from mgrpo_jax.training.copy_curriculum import (
   copy_accuracy,
   copy_sequences,
   demonstration_token_ids,
+  window_sequences,
 )
 
 
@@ -38,6 +39,34 @@ def test_every_sequence_repeats_one_span_with_the_loss_on_its_copy(seed, length,
               if np.array_equal(ids[s:s + span], ids[target:target + span])]
     assert copies, "the masked span must occur earlier in the sequence"
     assert not np.any(seq.logp)
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**16), length=st.integers(17, 64), min_span=st.integers(2, 4),
+       extra=st.integers(0, 4))
+def test_windows_are_demonstration_text_with_one_span_copied(seed, length, min_span, extra):
+  max_span = min(min_span + extra, (length - 1) // 2)
+  if max_span < min_span:
+    return
+  rng = np.random.default_rng(seed)
+  demos = [TokenSequence(rng.integers(0, 30, size=n).astype(np.int32), np.zeros(n), np.zeros(n))
+           for n in (length - 1, length, 3 * length)]  # the shortest can never be drawn
+  for seq in window_sequences(6, demos, length=length, min_span=min_span,
+                              max_span=max_span, seed=seed):
+    ids, mask = np.asarray(seq.ids), np.asarray(seq.loss_mask)
+    assert ids.shape == mask.shape == (length,)
+    unmasked = np.flatnonzero(mask == 0)
+    assert unmasked[0] == 0 and unmasked.size == 2 and mask.sum() == length - 2
+    target = int(unmasked[1])
+    # Outside the copy the window is a contiguous slice of one long-enough demonstration.
+    windows = [d.ids[i:i + length] for d in demos[1:] for i in range(len(d.ids) - length + 1)]
+    outside = np.r_[0:target]
+    assert any(np.array_equal(ids[outside], w[outside]) for w in windows)
+    copies = [s for s in range(0, target)
+              if np.array_equal(ids[s:s + min_span], ids[target:target + min_span])]
+    assert copies, "the copied span must occur earlier in the window"
+  with pytest.raises(ValueError, match="no demonstration has"):
+    window_sequences(1, demos[:1], length=length, min_span=min_span, max_span=max_span)
 
 
 def test_seeded_and_varied():
