@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 
-from mgrpo_jax.agents.tools import SearchIndex, ToolRegistry, default_registry
+from mgrpo_jax.agents.tools import ToolRegistry
 from mgrpo_jax.agents.tools.search import build_index
 from mgrpo_jax.tasks import datasets as datasets_lib
 from mgrpo_jax.tasks import questions as questions_lib
@@ -26,6 +26,7 @@ from mgrpo_jax.tasks.pages import render_pages
 from mgrpo_jax.tasks.world import generate_world
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.data import STAGES
+from mgrpo_jax.training.slice_common import index_registry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,12 +75,12 @@ def demonstration_worlds(config, world_path: pathlib.Path, folder: pathlib.Path
       index_path = folder / "worlds" / f"world_{index}.sqlite"
       if not index_path.exists():
         build_index(render_pages(source), index_path)
-      registry = default_registry(SearchIndex.open(index_path),
-                                  top_n=int(config.tools.search_top_n),
-                                  visit_budget=int(config.tools.visit_chars))
+      registry = index_registry(index_path, top_n=int(config.tools.search_top_n),
+                                visit_budget=int(config.tools.visit_chars))
     names = ("demonstration_questions",) + ((index,) if index else ())
     seed = agent_setup.derive_seed(run_seed, *names) % 2**16
+    prefix = f"demo-w{index}" if index else "demo"
     questions = questions_lib.synthesize(source, count, stage=STAGES[str(world.stage)],
-                                         seed=seed, id_prefix=f"demo-w{index}" if index else "demo")
+                                         seed=seed, id_prefix=prefix)
     out.append(DemonstrationWorld(questions, registry))
   return out

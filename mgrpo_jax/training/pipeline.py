@@ -23,6 +23,7 @@ continues where it stopped (the RL stage resumes from its checkpoints).
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import pathlib
 import time
@@ -89,14 +90,16 @@ def _warm_start_once(config, paths: RunPaths, folder: pathlib.Path) -> dict[str,
   models = {role: agent_setup.build_model(config[role], role, paths.local, config)
             for role in dirs}
   tokenizer = models["main"][1]
+  demonstrate = functools.partial(
+      warm_start.collect_demonstrations, tokenizer,
+      config=agent_setup.rollout_config(config),
+      main_noise=MainNoise(rate=float(ws.main_noise_rate), seed=seed),
+      sub_noise=SubNoise(rate=float(ws.sub_noise_rate), seed=seed),
+      mode="single_agent" if mode == "single_agent" else "mgrpo",
+      main_spec=main_spec, sub_spec=sub_spec, key=agent_setup.derive_seed(seed, "demos"))
   sequences: dict[str, list] = {"main": [], "sub": []}
   for world in worlds:
-    demos = warm_start.collect_demonstrations(
-        tokenizer, world.registry, agent_setup.rollout_config(config), world.questions,
-        main_noise=MainNoise(rate=float(ws.main_noise_rate), seed=seed),
-        sub_noise=SubNoise(rate=float(ws.sub_noise_rate), seed=seed),
-        mode="single_agent" if mode == "single_agent" else "mgrpo",
-        main_spec=main_spec, sub_spec=sub_spec, key=agent_setup.derive_seed(seed, "demos"))
+    demos = demonstrate(registry=world.registry, tasks=world.questions)
     sequences["main"] += demos.main + (demos.sub if mode == "shared_policy" else [])
     sequences["sub"] += demos.sub
   summary: dict[str, Any] = {"num_questions": sum(len(w.questions) for w in worlds),

@@ -89,8 +89,14 @@ def make_registry(world_path: pathlib.Path, *, world: str = "train_world", top_n
   """search / visit / reason over the built index of `world` ("train_world", "test_world")."""
   if world not in ("train_world", "test_world"):
     raise ValueError(f"world must be 'train_world' or 'test_world', got {world!r}")
-  index = SearchIndex.open(world_path / "index" / f"{world}.sqlite")
-  return default_registry(index, top_n=top_n, visit_budget=visit_budget)
+  return index_registry(world_path / "index" / f"{world}.sqlite", top_n=top_n,
+                        visit_budget=visit_budget)
+
+
+def index_registry(index_path: pathlib.Path, *, top_n: int = 5, visit_budget: int = 1500
+                   ) -> ToolRegistry:
+  """search / visit / reason over the SQLite FTS5 index at `index_path`."""
+  return default_registry(SearchIndex.open(index_path), top_n=top_n, visit_budget=visit_budget)
 
 
 class _NoMetrics:

@@ -1,4 +1,4 @@
-"""Scripted sub-agent S: search the entity, visit its page, extract the fact, report.
+"""Scripted sub-agent S: search for the sub-task, visit its page, extract the fact, report.
 
 Step-wise: `next_action(subtask, history)` replays the history to find where it is.
 Without noise: search(the sub-task's text) -> visit(the hit whose title is the subject)
@@ -6,8 +6,9 @@ Without noise: search(the sub-task's text) -> visit(the hit whose title is the s
 search and then "No facts found.". Searching with the whole sub-task (BM25 over the
 OR of its non-stopword terms ranks the subject's page first, as the subject alone
 does) makes the query a copy of the user message from its first token, which a small
-model learns by induction; the subject alone would start at a token chosen by its role. With `SubNoise`, targeted properties get the configured
-systematic mistakes (see `noise`).
+model learns by induction; the subject alone would start at a token chosen by its role.
+With `SubNoise`, targeted properties get the configured systematic mistakes (see
+`noise`).
 """
 
 from __future__ import annotations
