@@ -1,0 +1,259 @@
+"""A sweep's runs compared: held-out accuracy per arm with seed confidence intervals, curves.
+
+Inputs are the folders a sweep leaves, one per run (`launch/sweep.py`): each holds
+`launch/config.py` (the run's resolved config), `eval/warm_start.json` and
+`eval/final.json` (held-out summaries, `training.evaluation.summarize`) and
+`logs/{main,sub}/metrics.jsonl`. Runs are grouped into arms by one config key
+(`experiment.mode` for the paper's comparison); within an arm the seeds are the
+replicates, so each number is a mean over seeds with the half-width of its 95% Student-t
+interval (n - 1 degrees of freedom; none for one seed). The change through RL is taken
+per seed (after - before, the same warm start), then averaged.
+
+Outputs under `<out>/`: `summary.md` (a Markdown table per arm: accuracy before and after
+RL, its change, format rate, sub-calls per rollout, the final training rewards R_M and R_S),
+`rewards.png` (mean R_M and R_S per RL step per arm, the band spanning the seeds) and
+`accuracy.png` (held-out accuracy per arm before and after RL, with the intervals).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+import math
+import pathlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from mgrpo_jax.metrics.report import save_figure
+from mgrpo_jax.metrics.writer import read_metrics
+
+SUMMARY_NAME = "summary.md"
+# Per-run scalars compared across arms: (column label, where the value comes from).
+_EVAL_KEYS = (("accuracy", "accuracy"), ("format rate", "format_rate"),
+              ("sub-calls / rollout", "sub_calls_mean"))
+_REWARDS = (("R_M", "main", "main/reward_mean"), ("R_S", "sub", "sub/reward_mean"))
+
+
+class ComparisonError(ValueError):
+  """A run folder that cannot be compared; the message names the folder and the file."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+  """One finished run of a sweep.
+
+  Attributes:
+    name: the run's folder name (e.g. `mgrpo-s0`).
+    arm: the value of the grouping key in the run's config (e.g. `mgrpo`).
+    seed: `experiment.seed` of the run.
+    before: the held-out summary of the warm start (`eval/warm_start.json`).
+    after: the held-out summary after RL (`eval/final.json`).
+    curves: `{"main": rows, "sub": rows}` of `metrics.jsonl` (absent slice: no rows).
+  """
+  name: str
+  arm: str
+  seed: int
+  before: Mapping[str, Any]
+  after: Mapping[str, Any]
+  curves: Mapping[str, Sequence[Mapping[str, float]]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Estimate:
+  """A mean over seeds and the half-width of its 95% t interval (nan for one seed)."""
+  mean: float
+  half_width: float
+  n: int
+
+  def __str__(self) -> str:
+    if math.isnan(self.half_width):
+      return f"{self.mean:.3f}"
+    return f"{self.mean:.3f} ± {self.half_width:.3f}"
+
+
+def estimate(values: Sequence[float]) -> Estimate:
+  """Mean of `values` (one per seed) and its 95% Student-t half-width, t_{0.975,n-1} s/√n."""
+  from scipy import stats
+
+  n = len(values)
+  if n == 0:
+    raise ValueError("estimate() needs at least one value")
+  mean = math.fsum(values) / n
+  if n == 1:
+    return Estimate(mean, math.nan, 1)
+  variance = math.fsum((v - mean) ** 2 for v in values) / (n - 1)
+  return Estimate(mean, float(stats.t.ppf(0.975, n - 1)) * math.sqrt(variance / n), n)
+
+
+def _config_value(config: Mapping[str, Any], dotted: str, path: pathlib.Path) -> Any:
+  node: Any = config
+  for part in dotted.split("."):
+    if not isinstance(node, Mapping) or part not in node:
+      raise ComparisonError(f"{path}: the config has no key {dotted!r}")
+    node = node[part]
+  return node
+
+
+def _run_config(path: pathlib.Path) -> Mapping[str, Any]:
+  """The CONFIG_JSON literal of a run's `launch/config.py`, read without executing it."""
+  tree = ast.parse(path.read_text(), filename=str(path))
+  for node in tree.body:
+    if (isinstance(node, ast.Assign) and len(node.targets) == 1
+        and getattr(node.targets[0], "id", None) == "CONFIG_JSON"
+        and isinstance(node.value, ast.Constant)):
+      return json.loads(node.value.value)
+  raise ComparisonError(f"{path}: no CONFIG_JSON string")
+
+
+def _read_json(path: pathlib.Path) -> Mapping[str, Any]:
+  try:
+    return json.loads(path.read_text())
+  except json.JSONDecodeError as e:
+    raise ComparisonError(f"{path}: not JSON ({e})") from e
+
+
+def load_run(folder: str | pathlib.Path, group_by: str = "experiment.mode") -> RunResult:
+  """Reads one run folder (module docstring); `ComparisonError` naming a missing file."""
+  folder = pathlib.Path(folder)
+  needed = [folder / "launch" / "config.py", folder / "eval" / "warm_start.json",
+            folder / "eval" / "final.json"]
+  for path in needed:
+    if not path.is_file():
+      raise ComparisonError(f"{path}: missing (did the run finish with eval.enabled?)")
+  config = _run_config(needed[0])
+  curves = {}
+  for slice_name in ("main", "sub"):
+    metrics = folder / "logs" / slice_name / "metrics.jsonl"
+    curves[slice_name] = read_metrics(metrics) if metrics.is_file() else []
+  return RunResult(name=folder.name, arm=str(_config_value(config, group_by, needed[0])),
+                   seed=int(_config_value(config, "experiment.seed", needed[0])),
+                   before=_read_json(needed[1]), after=_read_json(needed[2]), curves=curves)
+
+
+def load_runs(workdir: str | pathlib.Path, group_by: str = "experiment.mode"
+              ) -> list[RunResult]:
+  """Every finished run under a sweep's workdir (subfolders with `eval/final.json`)."""
+  workdir = pathlib.Path(workdir)
+  folders = sorted(p.parent.parent for p in workdir.glob("*/eval/final.json"))
+  if not folders:
+    raise ComparisonError(f"{workdir}: no run folder with eval/final.json")
+  return [load_run(folder, group_by) for folder in folders]
+
+
+def final_reward(run: RunResult, slice_name: str, key: str) -> float | None:
+  """Mean of `key` over the run's last RL step (None when that slice logged none)."""
+  rows = [r for r in run.curves.get(slice_name, ()) if key in r]
+  return float(rows[-1][key]) if rows else None
+
+
+def arms(runs: Sequence[RunResult], order: Sequence[str] = ()) -> dict[str, list[RunResult]]:
+  """Runs grouped by arm, in `order` first then by name; seeds sorted within an arm."""
+  grouped: dict[str, list[RunResult]] = {}
+  for run in sorted(runs, key=lambda r: (r.arm, r.seed)):
+    grouped.setdefault(run.arm, []).append(run)
+  ranked = [a for a in order if a in grouped] + sorted(a for a in grouped if a not in order)
+  return {a: grouped[a] for a in ranked}
+
+
+def arm_row(runs: Sequence[RunResult]) -> dict[str, Estimate | None]:
+  """The compared quantities of one arm: `<label> before/after/change` and final rewards."""
+  row: dict[str, Estimate | None] = {}
+  for label, key in _EVAL_KEYS:
+    before = [float(r.before[key]) for r in runs]
+    after = [float(r.after[key]) for r in runs]
+    row[f"{label} before"] = estimate(before)
+    row[f"{label} after"] = estimate(after)
+    row[f"{label} change"] = estimate([a - b for a, b in zip(after, before, strict=True)])
+  for label, slice_name, key in _REWARDS:
+    values = [final_reward(r, slice_name, key) for r in runs]
+    present = [v for v in values if v is not None]
+    row[f"{label} last step"] = estimate(present) if present else None
+  return row
+
+
+def summary_markdown(grouped: Mapping[str, Sequence[RunResult]], group_by: str) -> str:
+  """Two Markdown tables (held-out, then training) with one row per arm."""
+  rows = {arm: arm_row(runs) for arm, runs in grouped.items()}
+
+  def cell(value: Estimate | None) -> str:
+    return "–" if value is None else str(value)
+
+  def seeds(arm: str) -> str:
+    return ", ".join(str(r.seed) for r in grouped[arm])
+
+  held_out = ["accuracy before", "accuracy after", "accuracy change", "format rate before",
+              "format rate after", "sub-calls / rollout after"]
+  training = ["R_M last step", "R_S last step", "format rate change",
+              "sub-calls / rollout change"]
+  lines = []
+  for title, columns in (("held-out test world", held_out), ("training", training)):
+    lines += [f"| {group_by} ({title}) | seeds | " + " | ".join(columns) + " |",
+              "|---|---|" + "---|" * len(columns)]
+    lines += [f"| {arm} | {seeds(arm)} | " + " | ".join(cell(rows[arm][c]) for c in columns)
+              + " |" for arm in rows]
+    lines.append("")
+  n = {r.after.get("num_questions", 0) for runs in grouped.values() for r in runs}
+  lines.append(f"Means over seeds ± the half-width of the 95% t interval over seeds; "
+               f"held-out questions per run: {', '.join(str(v) for v in sorted(n))}.")
+  return "\n".join(lines) + "\n"
+
+
+def plot_comparison(grouped: Mapping[str, Sequence[RunResult]], folder: pathlib.Path
+                    ) -> list[pathlib.Path]:
+  """Writes rewards.png and accuracy.png (module docstring); returns their paths."""
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  import numpy as np
+
+  folder.mkdir(parents=True, exist_ok=True)
+  fig, axes = plt.subplots(1, 2, figsize=(10, 3.5), sharex=True)
+  for ax, (label, slice_name, key) in zip(axes, _REWARDS, strict=True):
+    for arm, runs in grouped.items():
+      curves = [[float(r[key]) for r in run.curves.get(slice_name, ()) if key in r]
+                for run in runs]
+      curves = [c for c in curves if c]
+      if not curves:
+        continue
+      length = min(len(c) for c in curves)
+      values = np.array([c[:length] for c in curves])
+      steps = np.arange(1, length + 1)
+      ax.plot(steps, values.mean(0), marker="o", label=arm)
+      ax.fill_between(steps, values.min(0), values.max(0), alpha=0.2)
+    ax.set(xlabel="RL step", ylabel=f"mean {label}", title=f"Training reward {label}")
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+      ax.legend()
+  fig.tight_layout()
+  rewards = folder / "rewards.png"
+  fig.savefig(rewards, dpi=100)
+  plt.close(fig)
+
+  fig, ax = plt.subplots(figsize=(6, 3.5))
+  names = list(grouped)
+  x = np.arange(len(names))
+  for offset, phase in ((-0.18, "before"), (0.18, "after")):
+    values = [estimate([float(getattr(r, phase)["accuracy"]) for r in grouped[a]])
+              for a in names]
+    errors = [0.0 if math.isnan(v.half_width) else v.half_width for v in values]
+    ax.bar(x + offset, [v.mean for v in values], width=0.36, yerr=errors, capsize=4,
+           label="warm start" if phase == "before" else "after RL")
+  ax.set_xticks(x, names)
+  ax.set(ylabel="held-out accuracy", title="Held-out accuracy per arm (95% t over seeds)")
+  return [rewards, save_figure(plt, fig, ax, folder / "accuracy.png")]
+
+
+def write_comparison(workdir: str | pathlib.Path, out: str | pathlib.Path | None = None, *,
+                     group_by: str = "experiment.mode", order: Sequence[str] = ()
+                     ) -> tuple[str, list[pathlib.Path]]:
+  """Loads a sweep's runs, writes `summary.md` and the plots under `out`
+  (default `<workdir>/comparison`); returns the Markdown and the written paths."""
+  grouped = arms(load_runs(workdir, group_by), order)
+  folder = pathlib.Path(out) if out else pathlib.Path(workdir) / "comparison"
+  files = plot_comparison(grouped, folder)
+  markdown = summary_markdown(grouped, group_by)
+  summary = folder / SUMMARY_NAME
+  summary.write_text(markdown)
+  return markdown, files + [summary]

@@ -1,0 +1,160 @@
+"""The sweep comparison: seed statistics, run folders as runs write them, table, plots, CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+import statistics
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mgrpo_jax.config import apply_overrides, base_config
+from mgrpo_jax.metrics import MetricsWriter
+from mgrpo_jax.metrics.comparison import (
+  ComparisonError,
+  arms,
+  estimate,
+  load_run,
+  load_runs,
+  write_comparison,
+)
+from mgrpo_jax.training.run import write_launch_files
+from mgrpo_jax.training.slice_common import RunPaths
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+T_975_DF1 = 12.706204736174696
+T_975_DF2 = 4.302652729911275
+
+
+def _cell(values):
+  """The reference: mean ± t_{0.975,1} * sample sd / sqrt(2), for two seeds."""
+  return f"{statistics.mean(values):.3f} ± {T_975_DF1 * statistics.stdev(values) / math.sqrt(2):.3f}"
+
+
+def _summary(accuracy, format_rate=0.5, sub_calls=1.0):
+  return {"num_questions": 10, "num_rollouts": 20, "accuracy": accuracy,
+          "accuracy_ci95": 0.1, "format_rate": format_rate, "sub_calls_mean": sub_calls}
+
+
+def _write_run(workdir, name, mode, seed, before, after, rewards_main, rewards_sub=None):
+  """A run folder with the files a finished run leaves (real config and metrics writers)."""
+  folder = workdir / name
+  config = base_config()
+  apply_overrides(config, {"experiment.mode": mode, "experiment.seed": seed})
+  write_launch_files(config, RunPaths(str(folder), folder, str(folder / "store")))
+  (folder / "eval").mkdir(parents=True)
+  (folder / "eval" / "warm_start.json").write_text(json.dumps(before))
+  (folder / "eval" / "final.json").write_text(json.dumps(after))
+  for slice_name, key, rewards in (("main", "main/reward_mean", rewards_main),
+                                   ("sub", "sub/reward_mean", rewards_sub)):
+    if rewards is None:
+      continue
+    with MetricsWriter(folder / "logs" / slice_name, tensorboard=False) as writer:
+      for step, reward in enumerate(rewards):
+        writer.write(step, {key: reward})
+  return folder
+
+
+@pytest.fixture
+def sweep(tmp_path):
+  """Two arms x two seeds, plus a run still going (no eval/final.json)."""
+  _write_run(tmp_path, "mgrpo-s0", "mgrpo", 0, _summary(0.0), _summary(0.2, 0.7, 1.5),
+             [0.1, 0.2, 0.3], [0.2, 0.3, 0.4])
+  _write_run(tmp_path, "mgrpo-s1", "mgrpo", 1, _summary(0.1), _summary(0.4, 0.9, 2.5),
+             [0.1, 0.3, 0.5], [0.2, 0.4, 0.6])
+  _write_run(tmp_path, "single_agent-s0", "single_agent", 0, _summary(0.1, 0.3, 0.0),
+             _summary(0.1, 0.4, 0.0), [0.0, 0.1, 0.1])
+  _write_run(tmp_path, "single_agent-s1", "single_agent", 1, _summary(0.3, 0.3, 0.0),
+             _summary(0.2, 0.4, 0.0), [0.0, 0.0, 0.3])
+  (tmp_path / "frozen_sub-s0" / "eval").mkdir(parents=True)
+  return tmp_path
+
+
+def test_estimate_is_the_student_t_interval_over_seeds():
+  three = estimate([0.1, 0.2, 0.3])
+  assert three.mean == pytest.approx(0.2)
+  assert three.half_width == pytest.approx(T_975_DF2 * 0.1 / math.sqrt(3))
+  assert three.n == 3
+  assert str(three) == "0.200 ± 0.248"
+  one = estimate([0.4])
+  assert math.isnan(one.half_width) and str(one) == "0.400"
+  with pytest.raises(ValueError, match="at least one"):
+    estimate([])
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(-1.0, 1.0), min_size=2, max_size=6), st.floats(-1.0, 1.0))
+def test_estimate_shifts_with_the_values_and_keeps_its_width(values, shift):
+  base, moved = estimate(values), estimate([v + shift for v in values])
+  assert base.half_width >= 0.0
+  assert min(values) - 1e-12 <= base.mean <= max(values) + 1e-12
+  assert moved.mean == pytest.approx(base.mean + shift, abs=1e-9)
+  assert moved.half_width == pytest.approx(base.half_width, abs=1e-9)
+
+
+def test_runs_are_read_from_the_files_a_run_writes(sweep):
+  runs = load_runs(sweep)
+  assert [(r.name, r.arm, r.seed) for r in runs] == [
+      ("mgrpo-s0", "mgrpo", 0), ("mgrpo-s1", "mgrpo", 1),
+      ("single_agent-s0", "single_agent", 0), ("single_agent-s1", "single_agent", 1)]
+  assert runs[1].after["accuracy"] == 0.4
+  assert [row["main/reward_mean"] for row in runs[1].curves["main"]] == [0.1, 0.3, 0.5]
+  assert runs[2].curves["sub"] == []
+  grouped = arms(runs, order=("single_agent", "mgrpo"))
+  assert list(grouped) == ["single_agent", "mgrpo"]
+  assert list(arms(runs)) == ["mgrpo", "single_agent"]
+  by_seed = arms(load_runs(sweep, group_by="experiment.seed"))
+  assert {k: [r.name for r in v] for k, v in by_seed.items()} == {
+      "0": ["mgrpo-s0", "single_agent-s0"], "1": ["mgrpo-s1", "single_agent-s1"]}
+
+
+def test_a_bad_run_folder_is_named(sweep, tmp_path_factory):
+  with pytest.raises(ComparisonError, match=r"frozen_sub-s0/launch/config\.py: missing"):
+    load_run(sweep / "frozen_sub-s0")
+  with pytest.raises(ComparisonError, match="no key 'experiment.arm'"):
+    load_runs(sweep, group_by="experiment.arm")
+  (sweep / "mgrpo-s0" / "eval" / "final.json").write_text("{not json")
+  with pytest.raises(ComparisonError, match=r"mgrpo-s0/eval/final\.json: not JSON"):
+    load_runs(sweep)
+  empty = tmp_path_factory.mktemp("empty")
+  with pytest.raises(ComparisonError, match="no run folder"):
+    load_runs(empty)
+
+
+def test_the_table_holds_the_seed_statistics(sweep):
+  markdown, files = write_comparison(sweep, order=("mgrpo", "single_agent"))
+  lines = markdown.splitlines()
+  held_out = next(line for line in lines if line.startswith("| mgrpo |"))
+  cells = [c.strip() for c in held_out.strip("|").split("|")]
+  assert cells == ["mgrpo", "0, 1", _cell([0.0, 0.1]), _cell([0.2, 0.4]), _cell([0.2, 0.3]),
+                   "0.500 ± 0.000", _cell([0.7, 0.9]), _cell([1.5, 2.5])]
+  training = [line for line in lines if line.startswith("| single_agent |")][1]
+  cells = [c.strip() for c in training.strip("|").split("|")]
+  assert cells[2] == _cell([0.1, 0.3])  # R_M of the last step
+  assert cells[3] == "–"  # the single agent logs no R_S
+  assert lines.index(held_out) < lines.index(training)
+  assert (sweep / "comparison" / "summary.md").read_text() == markdown
+  assert sorted(f.name for f in files) == ["accuracy.png", "rewards.png", "summary.md"]
+  for name in ("accuracy.png", "rewards.png"):
+    assert (sweep / "comparison" / name).read_bytes()[:8] == PNG_MAGIC
+
+
+def test_the_command_line_prints_the_table_or_names_the_problem(sweep, tmp_path_factory):
+  out = tmp_path_factory.mktemp("out")
+  done = subprocess.run([sys.executable, str(ROOT / "launch" / "compare.py"),
+                         f"--workdir={sweep}", f"--out={out}"],
+                        capture_output=True, text=True, timeout=120, cwd=ROOT)
+  assert done.returncode == 0, done.stderr
+  assert "| mgrpo | 0, 1 |" in done.stdout and (out / "rewards.png").is_file()
+  empty = tmp_path_factory.mktemp("empty")
+  failed = subprocess.run([sys.executable, str(ROOT / "launch" / "compare.py"),
+                           f"--workdir={empty}"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+  assert failed.returncode == 2
+  assert failed.stderr.strip() == f"compare.py: error: {empty}: no run folder with eval/final.json"
