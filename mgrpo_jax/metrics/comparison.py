@@ -12,7 +12,8 @@ per seed (after - before, the same warm start), then averaged.
 Outputs under `<out>/`: `summary.md` (a Markdown table per arm: accuracy before and after
 RL, its change, format rate, sub-calls per rollout, the final training rewards R_M and R_S),
 `rewards.png` (mean R_M and R_S per RL step per arm, the band spanning the seeds) and
-`accuracy.png` (held-out accuracy per arm before and after RL, with the intervals).
+`accuracy.png` (held-out accuracy and format rate per arm before and after RL, with the
+intervals).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import pathlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mgrpo_jax.metrics.report import save_figure
 from mgrpo_jax.metrics.writer import read_metrics
 
 SUMMARY_NAME = "summary.md"
@@ -226,23 +226,33 @@ def plot_comparison(grouped: Mapping[str, Sequence[RunResult]], folder: pathlib.
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
       ax.legend()
-  fig.tight_layout()
-  rewards = folder / "rewards.png"
-  fig.savefig(rewards, dpi=100)
-  plt.close(fig)
+  rewards = _save(plt, fig, folder / "rewards.png")
 
-  fig, ax = plt.subplots(figsize=(6, 3.5))
+  fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
   names = list(grouped)
   x = np.arange(len(names))
-  for offset, phase in ((-0.18, "before"), (0.18, "after")):
-    values = [estimate([float(getattr(r, phase)["accuracy"]) for r in grouped[a]])
-              for a in names]
-    errors = [0.0 if math.isnan(v.half_width) else v.half_width for v in values]
-    ax.bar(x + offset, [v.mean for v in values], width=0.36, yerr=errors, capsize=4,
-           label="warm start" if phase == "before" else "after RL")
-  ax.set_xticks(x, names)
-  ax.set(ylabel="held-out accuracy", title="Held-out accuracy per arm (95% t over seeds)")
-  return [rewards, save_figure(plt, fig, ax, folder / "accuracy.png")]
+  for ax, (label, key) in zip(axes, (("accuracy", "accuracy"), ("format rate", "format_rate")),
+                              strict=True):
+    for offset, phase in ((-0.18, "before"), (0.18, "after")):
+      values = [estimate([float(getattr(r, phase)[key]) for r in grouped[a]]) for a in names]
+      means = np.array([v.mean for v in values])
+      widths = np.array([0.0 if math.isnan(v.half_width) else v.half_width for v in values])
+      # A rate is in [0, 1]: the interval is drawn clipped to it.
+      errors = [np.minimum(widths, means), np.minimum(widths, 1.0 - means)]
+      ax.bar(x + offset, means, width=0.36, yerr=errors, capsize=4,
+             label="warm start" if phase == "before" else "after RL")
+    ax.set_xticks(x, names)
+    ax.set(ylabel=f"held-out {label}", title=f"Held-out {label} (95% t over seeds)")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend()
+  return [rewards, _save(plt, fig, folder / "accuracy.png")]
+
+
+def _save(plt: Any, fig: Any, path: pathlib.Path) -> pathlib.Path:
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+  return path
 
 
 def write_comparison(workdir: str | pathlib.Path, out: str | pathlib.Path | None = None, *,

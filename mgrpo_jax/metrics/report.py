@@ -90,7 +90,7 @@ def plot_training(main_rows: Sequence[Mapping[str, float]],
     if steps:
       ax.plot(steps, values, marker="o", label=label)
   ax.set(xlabel="RL step", ylabel="mean reward", title="Training rewards per agent")
-  rewards = save_figure(plt, fig, ax, folder / "rewards.png")
+  rewards = _save_figure(plt, fig, ax, folder / "rewards.png")
 
   fig, ax = plt.subplots(figsize=(6, 3.5))
   steps, values = _series(main_rows, "main/correct_mean")
@@ -103,11 +103,11 @@ def plot_training(main_rows: Sequence[Mapping[str, float]],
       ax.errorbar([x], [summary["accuracy"]], yerr=[summary["accuracy_ci95"]], fmt="s",
                   capsize=4, label=label)
   ax.set(xlabel="RL step", ylabel="accuracy", ylim=(-0.02, 1.02), title="Main agent accuracy")
-  accuracy = save_figure(plt, fig, ax, folder / "accuracy.png")
+  accuracy = _save_figure(plt, fig, ax, folder / "accuracy.png")
   return [rewards, accuracy]
 
 
-def save_figure(plt: Any, fig: Any, ax: Any, path: pathlib.Path) -> pathlib.Path:
+def _save_figure(plt: Any, fig: Any, ax: Any, path: pathlib.Path) -> pathlib.Path:
   """Grid, legend, tight layout; writes `path` (PNG, 100 dpi) and closes the figure."""
   ax.grid(alpha=0.3)
   ax.legend()
