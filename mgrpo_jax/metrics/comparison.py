@@ -184,10 +184,10 @@ def summary_markdown(grouped: Mapping[str, Sequence[RunResult]], group_by: str) 
 
   held_out = ["accuracy before", "accuracy after", "accuracy change", "format rate before",
               "format rate after", "sub-calls / rollout after"]
-  training = ["R_M last step", "R_S last step", "format rate change",
-              "sub-calls / rollout change"]
+  training = ["format rate change", "sub-calls / rollout change", "R_M last step",
+              "R_S last step"]
   lines = []
-  for title, columns in (("held-out test world", held_out), ("training", training)):
+  for title, columns in (("held-out test world", held_out), ("changes through RL, training rewards", training)):
     lines += [f"| {group_by} ({title}) | seeds | " + " | ".join(columns) + " |",
               "|---|---|" + "---|" * len(columns)]
     lines += [f"| {arm} | {seeds(arm)} | " + " | ".join(cell(rows[arm][c]) for c in columns)
@@ -211,7 +211,8 @@ def plot_comparison(grouped: Mapping[str, Sequence[RunResult]], folder: pathlib.
   folder.mkdir(parents=True, exist_ok=True)
   fig, axes = plt.subplots(1, 2, figsize=(10, 3.5), sharex=True)
   for ax, (label, slice_name, key) in zip(axes, _REWARDS, strict=True):
-    for arm, runs in grouped.items():
+    for index, (arm, runs) in enumerate(grouped.items()):
+      color = f"C{index % 10}"  # one colour per arm in both panels
       curves = [[float(r[key]) for r in run.curves.get(slice_name, ()) if key in r]
                 for run in runs]
       curves = [c for c in curves if c]
@@ -220,8 +221,8 @@ def plot_comparison(grouped: Mapping[str, Sequence[RunResult]], folder: pathlib.
       length = min(len(c) for c in curves)
       values = np.array([c[:length] for c in curves])
       steps = np.arange(1, length + 1)
-      ax.plot(steps, values.mean(0), marker="o", label=arm)
-      ax.fill_between(steps, values.min(0), values.max(0), alpha=0.2)
+      ax.plot(steps, values.mean(0), marker="o", color=color, label=arm)
+      ax.fill_between(steps, values.min(0), values.max(0), color=color, alpha=0.15)
     ax.set(xlabel="RL step", ylabel=f"mean {label}", title=f"Training reward {label}")
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:

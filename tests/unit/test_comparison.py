@@ -136,8 +136,9 @@ def test_the_table_holds_the_seed_statistics(sweep):
                    "0.500 ± 0.000", _cell([0.7, 0.9]), _cell([1.5, 2.5])]
   training = [line for line in lines if line.startswith("| single_agent |")][1]
   cells = [c.strip() for c in training.strip("|").split("|")]
-  assert cells[2] == _cell([0.1, 0.3])  # R_M of the last step
-  assert cells[3] == "–"  # the single agent logs no R_S
+  assert cells[2] == _cell([0.1, 0.1])  # format change
+  assert cells[4] == _cell([0.1, 0.3])  # R_M of the last step
+  assert cells[5] == "–"  # the single agent logs no R_S
   assert lines.index(held_out) < lines.index(training)
   assert (sweep / "comparison" / "summary.md").read_text() == markdown
   assert sorted(f.name for f in files) == ["accuracy.png", "rewards.png", "summary.md"]
