@@ -96,7 +96,8 @@ def _config_value(config: Mapping[str, Any], dotted: str, path: pathlib.Path) ->
 
 
 def _run_config(path: pathlib.Path) -> Mapping[str, Any]:
-  """The CONFIG_JSON literal of a run's `launch/config.py`, read without executing it."""
+  """The CONFIG_JSON literal of a run's `launch/config.py` (`training.run` writes it), read
+  without executing the file: `metrics` does not depend on `config`."""
   tree = ast.parse(path.read_text(), filename=str(path))
   for node in tree.body:
     if (isinstance(node, ast.Assign) and len(node.targets) == 1
@@ -173,7 +174,8 @@ def arm_row(runs: Sequence[RunResult]) -> dict[str, Estimate | None]:
 
 
 def summary_markdown(grouped: Mapping[str, Sequence[RunResult]], group_by: str) -> str:
-  """Two Markdown tables (held-out, then training) with one row per arm."""
+  """Two Markdown tables (held-out rates; changes through RL and training rewards), one row
+  per arm."""
   rows = {arm: arm_row(runs) for arm, runs in grouped.items()}
 
   def cell(value: Estimate | None) -> str:
@@ -187,7 +189,8 @@ def summary_markdown(grouped: Mapping[str, Sequence[RunResult]], group_by: str) 
   training = ["format rate change", "sub-calls / rollout change", "R_M last step",
               "R_S last step"]
   lines = []
-  for title, columns in (("held-out test world", held_out), ("changes through RL, training rewards", training)):
+  tables = (("held-out test world", held_out), ("changes through RL, training rewards", training))
+  for title, columns in tables:
     lines += [f"| {group_by} ({title}) | seeds | " + " | ".join(columns) + " |",
               "|---|---|" + "---|" * len(columns)]
     lines += [f"| {arm} | {seeds(arm)} | " + " | ".join(cell(rows[arm][c]) for c in columns)

@@ -34,7 +34,8 @@ T_975_DF2 = 4.302652729911275
 
 def _cell(values):
   """The reference: mean ± t_{0.975,1} * sample sd / sqrt(2), for two seeds."""
-  return f"{statistics.mean(values):.3f} ± {T_975_DF1 * statistics.stdev(values) / math.sqrt(2):.3f}"
+  half_width = T_975_DF1 * statistics.stdev(values) / math.sqrt(2)
+  return f"{statistics.mean(values):.3f} ± {half_width:.3f}"
 
 
 def _summary(accuracy, format_rate=0.5, sub_calls=1.0):
