@@ -23,6 +23,8 @@ ROWS = (("held-out accuracy", "accuracy"), ("  95% half-width", "accuracy_ci95")
 # Rows shown when a summary has them (`evaluation.copy_rates`).
 COPY_ROWS = (("M first action = oracle's", "first_action_oracle_rate"),
              ("S query = its sub-task", "sub_query_copy_rate"))
+# Rows of `evaluation`'s held-out turn accuracy (teacher-forced), per trained role.
+TURN_LABELS = {"main": "M", "sub": "S"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +48,9 @@ def summary_table(before: Mapping[str, Any] | None, after: Mapping[str, Any] | N
     return f"{title}: no evaluation"
   keys = list(ROWS) + [(label, key) for label, key in COPY_ROWS
                        if all(key in s for _, s in columns)]
+  roles = sorted({r for _, s in columns for r in s.get("turn_accuracy", {})})
+  keys += [(f"{TURN_LABELS.get(r, r)} turns right (forced)", ("turn_accuracy", r, "all"))
+           for r in roles]
   tools = sorted({t for _, s in columns for t in s.get("tool_calls_mean", {})})
   keys += [(f"{t} calls per rollout", ("tool_calls_mean", t)) for t in tools]
   types = sorted({t for _, s in columns for t in s.get("accuracy_by_type", {})})
@@ -53,7 +58,9 @@ def summary_table(before: Mapping[str, Any] | None, after: Mapping[str, Any] | N
 
   def value(summary, key):
     if isinstance(key, tuple):
-      return summary.get(key[0], {}).get(key[1], 0.0)
+      for part in key[:-1]:
+        summary = summary.get(part, {})
+      return summary.get(key[-1], 0.0)
     return summary.get(key)
 
   header = f"{'':{LABEL}s}" + "".join(f"{name:>12s}" for name, _ in columns)

@@ -3,7 +3,7 @@
 Tokenizer: `model.tokenizer` when set (a SentencePiece model or GGUF file); the
 pretrained model's own for `smollm2_135m` or a model path; otherwise ONE SentencePiece
 tokenizer trained on the world's corpus (train-world pages, train questions, the agents'
-system prompts), cached in `<root>/data/tokenizer` and file-locked so both slices use
+system prompts and the scripted agents' transcripts: `tokenizer_corpus`), cached in `<root>/data/tokenizer` and file-locked so both slices use
 the same file (`world.tokenizer_vocab_size` ids).
 
 Model: `load_pretrained` for `smollm2_135m` or a path; otherwise the preset's shape with
@@ -32,14 +32,13 @@ from mgrpo_jax.agents.config import AgentLimits, RolloutConfig
 from mgrpo_jax.agents.policy import SamplerPolicy
 from mgrpo_jax.models import get_config, init_model, load_pretrained
 from mgrpo_jax.sampling import Sampler, SamplerConfig, SamplingParams
-from mgrpo_jax.tasks import datasets as datasets_lib
-from mgrpo_jax.tasks.pages import render_pages
 from mgrpo_jax.text import SentencePieceTokenizer
 from mgrpo_jax.training.checkpoint import restore_params
 from mgrpo_jax.training.files import file_lock
 from mgrpo_jax.training.mesh import MeshConfig, create_mesh
 from mgrpo_jax.training.optimizer import OptimizerConfig, make_optimizer
 from mgrpo_jax.training.slice_common import make_registry
+from mgrpo_jax.training.tokenizer_corpus import tokenizer_corpus
 from mgrpo_jax.training.train_state import StateLayout, TrainState, create_train_state
 from mgrpo_jax.training.update import UpdateConfig
 
@@ -67,16 +66,8 @@ def world_tokenizer(root: str | pathlib.Path, config) -> SentencePieceTokenizer:
   with file_lock(folder.parent / ".tokenizer.lock"):
     if (folder / "tokenizer.model").exists():
       return SentencePieceTokenizer.load(folder)
-    world = config.world
-    train_world, _ = datasets_lib.make_split_worlds(world.size, int(world.seed),
-                                                    int(world.test_seed))
-    spec = datasets_lib.WorldSpec(world.size, int(world.seed), int(world.test_seed))
-    corpus = [p.text for p in render_pages(train_world)]
-    corpus += [q.text for _, q in datasets_lib.split_questions(spec, "train")]
-    corpus += [specs.spec_for(role, style).system_prompt()
-               for role in ("main", "sub", "single") for style in specs.SYSTEM_STYLES]
-    tokenizer = SentencePieceTokenizer.train(corpus, folder / "tmp",
-                                             int(world.tokenizer_vocab_size))
+    tokenizer = SentencePieceTokenizer.train(tokenizer_corpus(config), folder / "tmp",
+                                             int(config.world.tokenizer_vocab_size))
     (folder / "tmp" / "tokenizer.model").replace(folder / "tokenizer.model")
     return tokenizer
 

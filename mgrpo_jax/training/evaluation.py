@@ -18,6 +18,10 @@ summarizes:
                      expression copied right); sub_query_copy_rate: S's first call
                      searches its sub-task verbatim. They measure the copying that
                      answers are built from, before any answer is right.
+  turn_accuracy      per trained role, the fraction of the clean oracles' turns on the
+                     same test questions that the agent's greedy decoding would write
+                     from the demonstrated history (`turn_accuracy.py`): each turn of
+                     the chain alone, without sampling noise.
 
 `evaluate_sources` builds the policies from orbax checkpoints (the warm start's
 parameters, or the RL run's latest state) so the same numbers come out for any stage.
@@ -41,7 +45,8 @@ from mgrpo_jax.agents.records import MainRecord, SubRecord
 from mgrpo_jax.agents.scoring import score
 from mgrpo_jax.tasks.judges import ExactMatchJudge
 from mgrpo_jax.tasks.oracle import Action, OracleMainAgent
-from mgrpo_jax.training import agent_setup
+from mgrpo_jax.tasks.oracle.noise import MainNoise, SubNoise
+from mgrpo_jax.training import agent_setup, turn_accuracy, warm_start
 from mgrpo_jax.training.checkpoint import AgentCheckpointer, restore_params
 from mgrpo_jax.training.data import ensure_world, load_questions
 from mgrpo_jax.training.slice_common import make_registry
@@ -181,6 +186,23 @@ def _agent(config, role: str, root: pathlib.Path, source: Source) -> Agent:
   return Agent(policy, tokenizer)
 
 
+def held_out_turn_accuracy(mode: str, agents: dict[str, Agent], registry, rollout_config,
+                           questions: Sequence[Any], *, main_spec: specs.AgentSpec,
+                           sub_spec: specs.AgentSpec) -> dict[str, dict[str, float]]:
+  """`turn_accuracy` of each agent in `agents` ("main", "sub") on the clean oracles'
+  trajectories of `questions` (the single agent's: M's oracle with S's inline)."""
+  tokenizer = agents["main"].tokenizer
+  demos = warm_start.collect_demonstrations(
+      tokenizer, registry, rollout_config, questions, main_noise=MainNoise(rate=0.0),
+      sub_noise=SubNoise(rate=0.0), mode="single_agent" if mode == "single_agent" else "mgrpo",
+      main_spec=main_spec, sub_spec=sub_spec)
+  sequences = {"main": demos.main, "sub": demos.sub}
+  return {role: turn_accuracy.turn_accuracy(
+              agent.policy.sampler.model, sequences[role], agent.tokenizer,
+              "single" if mode == "single_agent" else role)
+          for role, agent in agents.items() if sequences[role]}
+
+
 def evaluate_sources(config, root: str | pathlib.Path, sources: dict[str, Source]
                      ) -> EvalResult:
   """Held-out evaluation of the agents whose weights `sources` names ("main", "sub")."""
@@ -197,7 +219,13 @@ def evaluate_sources(config, root: str | pathlib.Path, sources: dict[str, Source
   if mode != "single_agent":
     sub = main if mode == "shared_policy" else _agent(config, "sub", root, sources["sub"])
   main_spec, sub_spec = agent_setup.agent_specs(config)
-  return evaluate(mode, main, sub, registry, agent_setup.rollout_config(config), questions,
-                  samples=int(config.eval.samples),
-                  key=agent_setup.derive_seed(int(config.experiment.seed), "eval"),
-                  main_spec=main_spec, sub_spec=sub_spec)
+  rollout_config = agent_setup.rollout_config(config)
+  result = evaluate(mode, main, sub, registry, rollout_config, questions,
+                    samples=int(config.eval.samples),
+                    key=agent_setup.derive_seed(int(config.experiment.seed), "eval"),
+                    main_spec=main_spec, sub_spec=sub_spec)
+  agents = {"main": main} if sub is None else {"main": main, "sub": sub}
+  result.summary["turn_accuracy"] = held_out_turn_accuracy(
+      mode, agents, registry, rollout_config, questions, main_spec=main_spec,
+      sub_spec=sub_spec)
+  return result

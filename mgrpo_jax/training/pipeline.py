@@ -51,6 +51,8 @@ SFT_BUCKETS = (128, 192, 256, 320, 384, 448, 512, 576, 640, 768, 1024, 1536, 204
 _DONE = "warm_start.json"
 # Tokens per copy-curriculum sequence (`copy_curriculum.copy_sequences`).
 COPY_LENGTH = 128
+# Sequences the logged NLL before and after each SFT phase is measured on (a diagnostic).
+NLL_SEQUENCES = 256
 
 
 def trained_roles(mode: str) -> tuple[str, ...]:
@@ -113,7 +115,7 @@ def _warm_start_once(config, paths: RunPaths, folder: pathlib.Path) -> dict[str,
                                        seed=agent_setup.derive_seed(seed, "warm_start", role))
     sft_config = warm_start.SFTConfig(epochs=int(ws.epochs), batch_rows=int(ws.batch_rows),
                                       buckets=SFT_BUCKETS, length_groups=8,
-                                      nll_every_epoch=False,
+                                      nll_every_epoch=False, nll_sequences=NLL_SEQUENCES,
                                       seed=agent_setup.derive_seed(seed, "sft", role))
     pad_id = role_tokenizer.pad_id or 0
     role_started = time.perf_counter()
@@ -148,7 +150,8 @@ def _learn_to_copy(role: str, state, layout, demonstrations, steps: int, window_
           window_steps * rows, demonstrations, length=COPY_LENGTH, seed=sft_config.seed)),
   }
   config = warm_start.SFTConfig(epochs=1, batch_rows=rows, buckets=(COPY_LENGTH,),
-                                seed=sft_config.seed, nll_every_epoch=False)
+                                seed=sft_config.seed, nll_every_epoch=False,
+                                nll_sequences=NLL_SEQUENCES)
   summary: dict[str, Any] = {}
   for phase, (count, sequences) in phases.items():
     if count:

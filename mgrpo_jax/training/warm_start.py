@@ -164,6 +164,9 @@ class SFTConfig:
     length_groups: batches per length-sorted window (`sft_batches`; 1: plain shuffle).
     nll_every_epoch: measure the demonstrations' NLL after every epoch (one forward
       pass over them each), else only before and after.
+    nll_sequences: measure that NLL on this many of the sequences, evenly spaced in
+      their order (0: all). A diagnostic: on 2 CPU cores a pass over the demo's 1,200
+      S demonstrations costs about 24 s, over 256 of them about 5 s.
   """
 
   epochs: int = 3
@@ -173,12 +176,15 @@ class SFTConfig:
   micro_batch_size: int = 0
   length_groups: int = 1
   nll_every_epoch: bool = True
+  nll_sequences: int = 0
 
   def __post_init__(self):
     if self.epochs < 1:
       raise ValueError(f"SFTConfig.epochs must be >= 1, got {self.epochs}")
     if self.batch_rows < 1:
       raise ValueError(f"SFTConfig.batch_rows must be >= 1, got {self.batch_rows}")
+    if self.nll_sequences < 0:
+      raise ValueError(f"SFTConfig.nll_sequences must be >= 0, got {self.nll_sequences}")
 
 
 def sft_update_config(micro_batch_size: int = 0) -> UpdateConfig:
@@ -221,9 +227,18 @@ def _nll_sums(graphdef: nnx.GraphDef, params: nnx.State, ids: jax.Array, mask: j
   return -jnp.sum(logp * mask), jnp.sum(mask)
 
 
+def nll_subset(sequences: Sequence[TokenSequence], count: int) -> Sequence[TokenSequence]:
+  """`count` of `sequences`, evenly spaced in their order (all of them for count 0)."""
+  if not count or count >= len(sequences):
+    return sequences
+  return [sequences[i] for i in np.linspace(0, len(sequences) - 1, count).astype(int)]
+
+
 def demonstration_nll(state: TrainState, layout: StateLayout,
                       sequences: Sequence[TokenSequence], config: SFTConfig) -> float:
-  """Mean NLL per loss token of `sequences` under `state.params` (nats)."""
+  """Mean NLL per loss token of `sequences` (`config.nll_sequences` of them) under
+  `state.params` (nats)."""
+  sequences = nll_subset(sequences, config.nll_sequences)
   total, tokens = 0.0, 0.0
   for batch in sft_batches(sequences, config, epoch=0):
     nll, count = _nll_sums(layout.graphdef, state.params, batch.ids,

@@ -127,6 +127,12 @@ def test_report_writes_pngs_and_a_table_with_the_change(tmp_path):
   rows = {line[:32].strip(): line[32:].split() for line in table.splitlines()}
   assert rows["M first action = oracle's"] == ["0.250", "0.250", "+0.000"]
   assert rows["S query = its sub-task"] == ["0.500", "0.500", "+0.000"]
+  turns = {"turn_accuracy": {"main": {"all": 0.25}, "sub": {"all": 0.5, "report": 0.1}}}
+  trained = {"turn_accuracy": {"main": {"all": 0.5}, "sub": {"all": 0.75, "report": 0.2}}}
+  table = summary_table(dict(before, **turns), dict(after, **trained), "t")
+  rows = {line[:32].strip(): line[32:].split() for line in table.splitlines()}
+  assert rows["M turns right (forced)"] == ["0.250", "0.500", "+0.250"]
+  assert rows["S turns right (forced)"] == ["0.500", "0.750", "+0.250"]
   for path in report.files[:2]:
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   assert report.files[2].read_text().strip() == report.table

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -176,6 +178,20 @@ def test_sft_lowers_nll_and_saves_a_restorable_checkpoint(env, tmp_path):
   assert agent_setup.tree_equal(ref_trainer.state.ref_params, state.params)
   assert warm_start.demonstration_nll(trainer.state, fresh_layout, sequences,
                                       config) == pytest.approx(nll[-1], rel=1e-5)
+  # The NLL on a subset is the NLL of exactly those sequences.
+  subset = dataclasses.replace(config, nll_sequences=3)
+  assert warm_start.demonstration_nll(trainer.state, fresh_layout, sequences, subset) == (
+      pytest.approx(warm_start.demonstration_nll(
+          trainer.state, fresh_layout, [sequences[i] for i in (0, 3, 7)], config), rel=1e-6))
+
+
+def test_nll_subsets_are_evenly_spaced_and_all_for_zero():
+  items = list(range(10))
+  assert warm_start.nll_subset(items, 3) == [0, 4, 9]
+  assert warm_start.nll_subset(items, 0) is items
+  assert warm_start.nll_subset(items, 12) is items
+  with pytest.raises(ValueError, match="nll_sequences"):
+    warm_start.SFTConfig(nll_sequences=-1)
 
 
 def test_length_groups_keep_every_sequence_once_and_cut_padding():

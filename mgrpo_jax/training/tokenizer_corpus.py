@@ -1,0 +1,72 @@
+"""The text a world's SentencePiece tokenizer is trained on: what the agents read and write.
+
+Pages, training questions and system prompts are what the agents *read*; without what
+they *write* (tool-call JSON, thinking phrases, sub-tasks, reports) and the tools' own
+output (search hits, "(page 203)"), a small vocabulary is spent on the syllables of
+entity names and the protocol falls apart into characters: `{"name": "visit"` becomes
+`{ " n ame ": " v is it "`, and a demonstration is 20% longer than it needs to be
+(docs/RESULTS.md, "A tokenizer that knows the protocol"). So the corpus also holds the
+transcripts of `TRANSCRIPT_QUESTIONS` training questions played by the noisy scripted
+agents, the same ones the warm start demonstrates, rendered turn by turn as the agents'
+protocol text.
+"""
+
+from __future__ import annotations
+
+from mgrpo_jax.agents import specs
+from mgrpo_jax.agents.oracle_policy import render_oracle_action
+from mgrpo_jax.agents.tools import SearchIndex, default_registry
+from mgrpo_jax.tasks import datasets as datasets_lib
+from mgrpo_jax.tasks.oracle import Action, OracleMainAgent, OracleSubAgent
+from mgrpo_jax.tasks.oracle.episode import Episode, run_episode
+from mgrpo_jax.tasks.oracle.noise import MainNoise, SubNoise
+from mgrpo_jax.tasks.pages import render_pages
+
+# Training questions whose scripted transcripts join the corpus (about 0.2 s of work).
+TRANSCRIPT_QUESTIONS = 400
+
+
+def episode_text(episode: Episode) -> str:
+  """M's turns, observations and answer, then each delegation's sub-task, S's turns,
+  observations and report, each turn as the protocol text the agent writes."""
+  parts = []
+  for step in episode.main_steps:
+    parts += [render_oracle_action(step.action), step.observation]
+  if episode.answer is not None:
+    parts.append(render_oracle_action(Action.answer(episode.answer)))
+  for call in episode.sub_calls:
+    parts.append(call.subtask)
+    for step in call.steps:
+      parts += [render_oracle_action(step.action), step.observation]
+    parts.append(render_oracle_action(Action.report(call.report)))
+  return "\n".join(parts)
+
+
+def tokenizer_corpus(config) -> list[str]:
+  """Documents for the tokenizer of `config.world` (module docstring), in a fixed order.
+
+  Args:
+    config: the run's config (`world.*`, `tools.*`, `warm_start.*_noise_rate`).
+  """
+  world = config.world
+  train_world, _ = datasets_lib.make_split_worlds(world.size, int(world.seed),
+                                                  int(world.test_seed))
+  spec = datasets_lib.WorldSpec(world.size, int(world.seed), int(world.test_seed))
+  pages = render_pages(train_world)
+  questions = [q for _, q in datasets_lib.split_questions(spec, "train")]
+  corpus = [p.text for p in pages] + [q.text for q in questions]
+  corpus += [specs.spec_for(role, style).system_prompt()
+             for role in ("main", "sub", "single") for style in specs.SYSTEM_STYLES]
+  main = OracleMainAgent(MainNoise(rate=float(config.warm_start.main_noise_rate),
+                                   seed=int(world.seed)))
+  sub = OracleSubAgent(SubNoise(rate=float(config.warm_start.sub_noise_rate),
+                                seed=int(world.seed)))
+  index = SearchIndex.from_pages(pages)
+  try:
+    registry = default_registry(index, top_n=int(config.tools.search_top_n),
+                                visit_budget=int(config.tools.visit_chars))
+    corpus += [episode_text(run_episode(q.text, main, sub, registry))
+               for q in questions[:TRANSCRIPT_QUESTIONS]]
+  finally:
+    index.close()
+  return corpus
