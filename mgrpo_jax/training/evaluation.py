@@ -194,7 +194,7 @@ def held_out_turn_accuracy(mode: str, agents: dict[str, Agent], registry, rollou
   tokenizer = agents["main"].tokenizer
   demos = warm_start.collect_demonstrations(
       tokenizer, registry, rollout_config, questions, main_noise=MainNoise(rate=0.0),
-      sub_noise=SubNoise(rate=0.0), mode="single_agent" if mode == "single_agent" else "mgrpo",
+      sub_noise=SubNoise(rate=0.0), mode=warm_start.demonstration_mode(mode),
       main_spec=main_spec, sub_spec=sub_spec)
   sequences = {"main": demos.main, "sub": demos.sub}
   return {role: turn_accuracy.turn_accuracy(

@@ -97,7 +97,7 @@ def _warm_start_once(config, paths: RunPaths, folder: pathlib.Path) -> dict[str,
       config=agent_setup.rollout_config(config),
       main_noise=MainNoise(rate=float(ws.main_noise_rate), seed=seed),
       sub_noise=SubNoise(rate=float(ws.sub_noise_rate), seed=seed),
-      mode="single_agent" if mode == "single_agent" else "mgrpo",
+      mode=warm_start.demonstration_mode(mode),
       main_spec=main_spec, sub_spec=sub_spec, key=agent_setup.derive_seed(seed, "demos"))
   sequences: dict[str, list] = {"main": [], "sub": []}
   for world in worlds:

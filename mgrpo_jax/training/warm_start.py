@@ -33,6 +33,7 @@ import numpy as np
 from flax import nnx
 
 from mgrpo_jax.agents import Agent, OraclePolicy, RolloutConfig, make_controller, specs
+from mgrpo_jax.agents.modes import MODES
 from mgrpo_jax.agents.tools import ToolRegistry
 from mgrpo_jax.models.logprobs import token_logprobs
 from mgrpo_jax.tasks.oracle import (
@@ -51,6 +52,18 @@ from mgrpo_jax.training.train_state import StateLayout, TrainState
 from mgrpo_jax.training.update import LossConfig, UpdateConfig, make_update_fn
 
 DEMO_MODES = ("mgrpo", "single_agent")
+
+
+def demonstration_mode(mode: str) -> str:
+  """The `DEMO_MODES` entry that demonstrates training mode `mode` (`modes.MODES`).
+
+  Every multi-agent mode (mgrpo, frozen_sub, no_alignment, shared_policy) starts from
+  the same M and S demonstrations; only the single agent plays both roles in one
+  trajectory (`InlineOracle`).
+  """
+  if mode not in MODES:
+    raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
+  return "single_agent" if mode == "single_agent" else "mgrpo"
 
 
 class InlineOracle:

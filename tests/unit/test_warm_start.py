@@ -12,6 +12,7 @@ import pytest
 from flax import nnx
 
 from mgrpo_jax.agents import AgentLimits, RolloutConfig
+from mgrpo_jax.agents.modes import MODES
 from mgrpo_jax.agents.tools import SearchIndex, default_registry
 from mgrpo_jax.models import get_config, init_model, token_logprobs
 from mgrpo_jax.tasks import pages, questions, world
@@ -114,6 +115,14 @@ def test_single_agent_demonstrations_inline_the_sub_agent(env):
   assert sum('"name": "delegate"' in t for t in main_texts) >= len(qs) // 2
   with pytest.raises(ValueError, match="mode must be one of"):
     warm_start.collect_demonstrations(tokenizer, registry, CONFIG, qs, mode="frozen_sub")
+
+
+def test_demonstration_mode_names_the_demonstrations_of_every_training_mode():
+  assert {mode: warm_start.demonstration_mode(mode) for mode in MODES} == {
+      "mgrpo": "mgrpo", "frozen_sub": "mgrpo", "no_alignment": "mgrpo",
+      "shared_policy": "mgrpo", "single_agent": "single_agent"}
+  with pytest.raises(ValueError, match="unknown mode 'solo'"):
+    warm_start.demonstration_mode("solo")
 
 
 def test_sft_update_gradient_equals_direct_nll_gradient(env):
