@@ -28,7 +28,7 @@ import importlib
 _EXPORTS = {
     "config": ("AgentLimits", "RolloutConfig"),
     "controller": ("RolloutBatch", "RolloutController", "RolloutStats"),
-    "modes": ("MODES", "Agent", "make_controller"),
+    "modes": ("MODES", "Agent", "check_mode", "make_controller"),
     "oracle_policy": ("OraclePolicy",),
     "policy": ("Policy", "SamplerPolicy", "TurnOutput", "TurnRequest"),
     "records": ("MainRecord", "SubRecord", "ToolCall", "Trajectory"),

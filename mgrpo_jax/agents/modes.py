@@ -25,6 +25,13 @@ from mgrpo_jax.text import Tokenizer
 MODES = ("mgrpo", "frozen_sub", "no_alignment", "shared_policy", "single_agent")
 
 
+def check_mode(mode: str) -> str:
+  """`mode` itself if it is one of `MODES`; else a `ValueError` naming it."""
+  if mode not in MODES:
+    raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
+  return mode
+
+
 @dataclasses.dataclass(frozen=True)
 class Agent:
   """A policy and the tokenizer its prompts are rendered with."""
@@ -41,9 +48,7 @@ def make_controller(mode: str, main: Agent, registry: ToolRegistry, config: Roll
   `main_spec` defaults to `specs.SINGLE` for the single agent and `specs.MAIN` otherwise;
   pass variants (e.g. with a short system prompt) to change prompts or tools.
   """
-  if mode not in MODES:
-    raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
-  if mode == "single_agent":
+  if check_mode(mode) == "single_agent":
     if sub is not None:
       raise ValueError("single_agent has no sub-agent: do not pass `sub`")
     return RolloutController(main.policy, main.tokenizer, registry, config,

@@ -33,7 +33,7 @@ import numpy as np
 from flax import nnx
 
 from mgrpo_jax.agents import Agent, OraclePolicy, RolloutConfig, make_controller, specs
-from mgrpo_jax.agents.modes import MODES
+from mgrpo_jax.agents.modes import check_mode
 from mgrpo_jax.agents.tools import ToolRegistry
 from mgrpo_jax.models.logprobs import token_logprobs
 from mgrpo_jax.tasks.oracle import (
@@ -61,9 +61,7 @@ def demonstration_mode(mode: str) -> str:
   the same M and S demonstrations; only the single agent plays both roles in one
   trajectory (`InlineOracle`).
   """
-  if mode not in MODES:
-    raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
-  return "single_agent" if mode == "single_agent" else "mgrpo"
+  return "single_agent" if check_mode(mode) == "single_agent" else "mgrpo"
 
 
 class InlineOracle:
