@@ -167,6 +167,12 @@ def main(argv: list[str]) -> None:
     initialize(distributed)  # before any JAX computation, including imports that run one
   import mgrpo_jax.training  # registers the trainers' gin-configurable components
 
+  workdir = _WORKDIR.value or f"runs/{config.experiment.run_id}"
+  if not planning_only:
+    from mgrpo_jax.training.compilation_cache import enable_compilation_cache
+
+    enable_compilation_cache(config, workdir)  # before the first compilation
+
   try:
     parse_gin(_GIN_FILE.value, _GIN_BINDINGS.value)
   except Exception as e:  # gin reports parse and binding errors with several types
@@ -180,8 +186,7 @@ def main(argv: list[str]) -> None:
   if _DRY_RUN.value:
     _dry_run(config)
     return
-  mgrpo_jax.training.run_slice(_SLICE.value, config,
-                               _WORKDIR.value or f"runs/{config.experiment.run_id}")
+  mgrpo_jax.training.run_slice(_SLICE.value, config, workdir)
 
 
 if __name__ == "__main__":

@@ -118,6 +118,11 @@ SPEC: dict[str, Any] = {
         "seed": Field(0, "Seed of every random choice of the run.", low=0),
         "num_steps": Field(10, "RL steps to run.", low=1),
         "run_id": Field("run", "Names the run in the store and checkpoints.", allow_empty=False),
+        "compilation_cache_dir": Field(
+            "jax_cache", "Persistent XLA compilation cache of the run: a folder relative to "
+            "the run's local folder, absolute, or gs://... (empty: JAX's own setting, e.g. "
+            "JAX_COMPILATION_CACHE_DIR). Every process of the run compiles a program once "
+            "(`training/compilation_cache.py`)."),
     },
     "world": {
         "size": Field("tiny", "Size of the generated world.",

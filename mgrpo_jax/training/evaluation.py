@@ -63,8 +63,12 @@ class EvalResult:
 
 
 def summarize(main: Sequence[MainRecord], sub: Sequence[SubRecord], questions,
-              tokenizer=None) -> dict[str, Any]:
-  """The summary of scored records (module docstring); `questions` maps id -> question."""
+              tokenizer=None, sub_tokenizer=None) -> dict[str, Any]:
+  """The summary of scored records (module docstring); `questions` maps id -> question.
+
+  The examples decode M's trajectories with `tokenizer` and S's with `sub_tokenizer`
+  (default `tokenizer`); without `tokenizer` the summary has no examples.
+  """
   if not main:
     raise ValueError("summarize got no records")
   per_question: dict[str, list[float]] = collections.defaultdict(list)
@@ -93,6 +97,7 @@ def summarize(main: Sequence[MainRecord], sub: Sequence[SubRecord], questions,
   }
   summary.update(copy_rates(main, sub, questions))
   if tokenizer is not None:
+    sub_tokenizer = sub_tokenizer or tokenizer
     examples = []
     for record in main[:NUM_EXAMPLES]:
       calls = [s for s in sub if (s.query_id, s.rollout_index) == record.key]
@@ -101,7 +106,7 @@ def summarize(main: Sequence[MainRecord], sub: Sequence[SubRecord], questions,
           "gold": questions[record.query_id].answer,
           "correct": float(record.correct),
           "main": tokenizer.decode(record.trajectory.ids.tolist()),
-          "sub": tokenizer.decode(calls[0].trajectory.ids.tolist()) if calls else ""})
+          "sub": sub_tokenizer.decode(calls[0].trajectory.ids.tolist()) if calls else ""})
     summary["examples"] = examples
   return summary
 
@@ -116,7 +121,8 @@ def evaluate(mode: str, main: Agent, sub: Agent | None, registry, rollout_config
   out = controller.run(list(questions), samples, key)
   by_id = {q.id: q for q in questions}
   scored_main, scored_sub = score(out.main, out.sub, by_id, ExactMatchJudge())
-  return EvalResult(summarize(scored_main, scored_sub, by_id, main.tokenizer),
+  return EvalResult(summarize(scored_main, scored_sub, by_id, main.tokenizer,
+                              sub.tokenizer if sub is not None else None),
                     scored_main, scored_sub)
 
 
@@ -191,11 +197,11 @@ def held_out_turn_accuracy(mode: str, agents: dict[str, Agent], registry, rollou
                            sub_spec: specs.AgentSpec) -> dict[str, dict[str, float]]:
   """`turn_accuracy` of each agent in `agents` ("main", "sub") on the clean oracles'
   trajectories of `questions` (the single agent's: M's oracle with S's inline)."""
-  tokenizer = agents["main"].tokenizer
   demos = warm_start.collect_demonstrations(
-      tokenizer, registry, rollout_config, questions, main_noise=MainNoise(rate=0.0),
-      sub_noise=SubNoise(rate=0.0), mode=warm_start.demonstration_mode(mode),
-      main_spec=main_spec, sub_spec=sub_spec)
+      agents["main"].tokenizer, registry, rollout_config, questions,
+      main_noise=MainNoise(rate=0.0), sub_noise=SubNoise(rate=0.0),
+      mode=warm_start.demonstration_mode(mode), main_spec=main_spec, sub_spec=sub_spec,
+      sub_tokenizer=agents["sub"].tokenizer if "sub" in agents else None)
   sequences = {"main": demos.main, "sub": demos.sub}
   return {role: turn_accuracy.turn_accuracy(
               agent.policy.sampler.model, sequences[role], agent.tokenizer,

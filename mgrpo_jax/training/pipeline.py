@@ -91,9 +91,10 @@ def _warm_start_once(config, paths: RunPaths, folder: pathlib.Path) -> dict[str,
   main_spec, sub_spec = agent_setup.agent_specs(config)
   models = {role: agent_setup.build_model(config[role], role, paths.local, config)
             for role in dirs}
-  tokenizer = models["main"][1]
+  # S's demonstrations go to S's model in its own ids (to M's in shared_policy).
+  sub_tokenizer = models["sub"][1] if "sub" in models else None
   demonstrate = functools.partial(
-      warm_start.collect_demonstrations, tokenizer,
+      warm_start.collect_demonstrations, models["main"][1], sub_tokenizer=sub_tokenizer,
       config=agent_setup.rollout_config(config),
       main_noise=MainNoise(rate=float(ws.main_noise_rate), seed=seed),
       sub_noise=SubNoise(rate=float(ws.sub_noise_rate), seed=seed),

@@ -123,11 +123,12 @@ def collect_demonstrations(tokenizer: Tokenizer, registry: ToolRegistry, config:
                            sub_noise: SubNoise | None = None, num_rollouts: int = 1,
                            key: int = 0, mode: str = "mgrpo",
                            main_spec: specs.AgentSpec | None = None,
-                           sub_spec: specs.AgentSpec = specs.SUB) -> Demonstrations:
+                           sub_spec: specs.AgentSpec = specs.SUB,
+                           sub_tokenizer: Tokenizer | None = None) -> Demonstrations:
   """Runs the noisy oracles as M and S over `tasks` and returns their token sequences.
 
   Args:
-    tokenizer: the agents' tokenizer (both roles share it here).
+    tokenizer: M's (or the single agent's) tokenizer: `main` holds its ids.
     registry: the world's tools.
     config: the agents' limits (turns, context, new tokens, sub-calls).
     tasks: training questions (objects with `id` and `text`).
@@ -138,6 +139,8 @@ def collect_demonstrations(tokenizer: Tokenizer, registry: ToolRegistry, config:
     mode: "mgrpo" (M with S) or "single_agent" (`InlineOracle`, same mistakes).
     main_spec: M's (or the single agent's) prompts and tools (default: the mode's).
     sub_spec: S's prompts and tools.
+    sub_tokenizer: S's tokenizer (default `tokenizer`): `sub` holds its ids, so each
+      agent is fine-tuned on ids of its own vocabulary.
 
   Returns:
     `Demonstrations` with every M (or single-agent) and S trajectory; `sub` is empty
@@ -154,7 +157,8 @@ def collect_demonstrations(tokenizer: Tokenizer, registry: ToolRegistry, config:
     controller = make_controller(mode, single, registry, config, main_spec=main_spec)
   else:
     main = Agent(OraclePolicy(main_oracle, tokenizer), tokenizer)
-    sub = Agent(OraclePolicy(sub_oracle, tokenizer), tokenizer)
+    sub_tokenizer = sub_tokenizer or tokenizer
+    sub = Agent(OraclePolicy(sub_oracle, sub_tokenizer), sub_tokenizer)
     controller = make_controller(mode, main, registry, config, sub=sub, main_spec=main_spec,
                                  sub_spec=sub_spec)
   out = controller.run(list(tasks), num_rollouts, key)

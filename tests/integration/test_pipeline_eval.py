@@ -15,8 +15,10 @@ from configs.local_demo import get_config
 from mgrpo_jax.agents import Agent, OraclePolicy
 from mgrpo_jax.tasks.oracle import OracleMainAgent, OracleSubAgent
 from mgrpo_jax.tasks.oracle.noise import MainNoise, SubNoise
+from mgrpo_jax.text import SentencePieceTokenizer
 from mgrpo_jax.training import agent_setup, evaluation
 from mgrpo_jax.training.data import ensure_world, load_questions
+from mgrpo_jax.training.tokenizer_corpus import tokenizer_corpus
 
 
 @pytest.fixture(scope="module")
@@ -31,15 +33,21 @@ def setup(tmp_path_factory):
   return config, world_path, questions, tokenizer
 
 
-def _evaluate(setup, rate, world="test_world"):
+def _result(setup, rate, world="test_world", sub_tokenizer=None):
   config, world_path, questions, tokenizer = setup
+  sub_tokenizer = sub_tokenizer or tokenizer
   main = Agent(OraclePolicy(OracleMainAgent(MainNoise(rate=rate)), tokenizer), tokenizer)
-  sub = Agent(OraclePolicy(OracleSubAgent(SubNoise(rate=rate)), tokenizer), tokenizer)
+  sub = Agent(OraclePolicy(OracleSubAgent(SubNoise(rate=rate)), sub_tokenizer),
+              sub_tokenizer)
   main_spec, sub_spec = agent_setup.agent_specs(config)
   return evaluation.evaluate("mgrpo", main, sub,
                              agent_setup.tool_registry(world_path, config, world=world),
                              agent_setup.rollout_config(config), questions, samples=1, key=0,
-                             main_spec=main_spec, sub_spec=sub_spec).summary
+                             main_spec=main_spec, sub_spec=sub_spec)
+
+
+def _evaluate(setup, rate, world="test_world"):
+  return _result(setup, rate, world).summary
 
 
 def test_clean_oracles_answer_the_held_out_world(setup):
@@ -53,6 +61,25 @@ def test_clean_oracles_answer_the_held_out_world(setup):
   assert summary["sub_query_copy_rate"] == 1.0
   assert 0.0 < summary["accuracy_ci95"] < 0.1
   assert summary["examples"][0]["main"].startswith("<|im_start|>system")
+
+
+def test_the_sub_agent_may_have_its_own_vocabulary(setup, tmp_path):
+  """S in another tokenizer than M's: the same scripted play; S's trajectories, and the
+  summary's examples of them, decode with S's tokenizer."""
+  config, _, questions, tokenizer = setup
+  sub_tokenizer = SentencePieceTokenizer.train(tokenizer_corpus(config), tmp_path, 1200)
+  assert sub_tokenizer.vocab_size != tokenizer.vocab_size
+  shared, own = _result(setup, 0.0), _result(setup, 0.0, sub_tokenizer=sub_tokenizer)
+  for key in ("accuracy", "format_rate", "tool_calls_mean", "sub_query_copy_rate"):
+    assert own.summary[key] == shared.summary[key], key
+  assert ([sub_tokenizer.decode(r.trajectory.ids.tolist()) for r in own.sub]
+          == [tokenizer.decode(r.trajectory.ids.tolist()) for r in shared.sub])
+  delegating = [r for r in own.main if r.num_sub_calls]
+  summary = evaluation.summarize(delegating, own.sub, {q.id: q for q in questions},
+                                 tokenizer, sub_tokenizer)
+  first = next(r for r in own.sub if (r.query_id, r.rollout_index) == delegating[0].key)
+  assert summary["examples"][0]["sub"] == sub_tokenizer.decode(first.trajectory.ids.tolist())
+  assert '"name": "search"' in summary["examples"][0]["sub"]
 
 
 def test_systematic_mistakes_cost_the_targeted_types(setup):

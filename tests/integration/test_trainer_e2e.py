@@ -100,6 +100,8 @@ def test_two_slices_complete_every_step(reference):
   assert "[main] step 3/3" in output and "[sub] step 3/3" in output
   assert not list((workdir / "main" / "cache").glob("step_*"))
   assert not list((workdir / "sub" / "cache").glob("step_*"))
+  # The run's persistent compilation cache holds the slices' compiled programs.
+  assert any(p.name.startswith("jit_") for p in (workdir / "jax_cache").iterdir())
 
 
 def test_resume_after_sigkill_equals_uninterrupted_run(reference, tmp_path):

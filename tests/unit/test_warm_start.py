@@ -90,6 +90,26 @@ def test_demonstrations_are_the_records_sampled_tokens(env):
   assert [s.ids.tolist() for s in again.sub] == [s.ids.tolist() for s in demos.sub]
 
 
+def test_each_agent_demonstrations_are_in_its_own_tokenizer(env, tmp_path):
+  """M and S with different vocabularies (e.g. a pretrained M and a world-tokenizer S):
+  each agent's sequences are exactly what its tokenizer alone would give."""
+  registry, qs, tokenizer, demos = env
+  corpus = [q.text for q in qs] + [p.text for p in pages.render_pages(world.generate_world(
+      "tiny", 11))]
+  # More ids than M's: S's turns stay within max_new_tokens, so M sees the same reports.
+  sub_tokenizer = SentencePieceTokenizer.train(corpus, tmp_path, 1000)
+  assert sub_tokenizer.vocab_size != tokenizer.vocab_size
+  mixed = warm_start.collect_demonstrations(tokenizer, registry, CONFIG, qs,
+                                            sub_tokenizer=sub_tokenizer)
+  sub_only = warm_start.collect_demonstrations(sub_tokenizer, registry, CONFIG, qs)
+  assert [s.ids.tolist() for s in mixed.main] == [s.ids.tolist() for s in demos.main]
+  assert [s.ids.tolist() for s in mixed.sub] == [s.ids.tolist() for s in sub_only.sub]
+  assert [s.ids.tolist() for s in mixed.sub] != [s.ids.tolist() for s in demos.sub]
+  assert max(int(s.ids.max()) for s in mixed.sub) < sub_tokenizer.vocab_size
+  texts = [sub_tokenizer.decode(s.ids[s.loss_mask > 0].tolist()) for s in mixed.sub]
+  assert sum('"name": "search"' in t for t in texts) == len(mixed.sub)
+
+
 def _last_turn(seq):
   """The ids of the last sampled run (the answer turn)."""
   sampled = np.flatnonzero(seq.loss_mask)

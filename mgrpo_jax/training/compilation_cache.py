@@ -1,0 +1,44 @@
+"""The run's persistent XLA compilation cache: each program compiles once per run.
+
+A run compiles the same programs in several processes and phases: the warm start's two
+agents share an architecture and length buckets, the held-out evaluations and the RL
+slices sample with the same shapes, and `--slice=all` starts each slice as a child
+process whose in-memory jit caches are empty. With `experiment.compilation_cache_dir`
+set (default `jax_cache` under the run's local folder), `launch/tpu_run.py` points JAX's
+persistent cache there before anything compiles, in the parent and in both slices, so a
+program compiled once is loaded by every later process, and a resumed run compiles
+nothing it compiled before. A loaded program is the compiled program itself: the
+results are bitwise those of compiling it again. JAX keeps programs that took at least
+`jax_persistent_cache_min_compile_time_secs` (1 s by default) to compile.
+
+The cache is trusted code (JAX's warning): keep it in a folder only its user writes.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import jax
+
+from mgrpo_jax.training.slice_common import RunPaths
+
+
+def compilation_cache_dir(config, workdir: str) -> str | None:
+  """The cache folder of the run (module docstring); None when the setting is empty."""
+  folder = str(config.experiment.compilation_cache_dir)
+  if not folder:
+    return None
+  if "://" in folder:
+    return folder
+  return str(RunPaths.from_config(config, workdir).local / pathlib.Path(folder).expanduser())
+
+
+def enable_compilation_cache(config, workdir: str) -> str | None:
+  """Points JAX's persistent compilation cache at the run's folder; returns it (or None).
+
+  Call before the first compilation of the process.
+  """
+  folder = compilation_cache_dir(config, workdir)
+  if folder is not None:
+    jax.config.update("jax_compilation_cache_dir", folder)
+  return folder
