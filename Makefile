@@ -3,6 +3,9 @@
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
+# glibc malloc on transparent huge pages for the test processes too (the launcher sets it
+# for itself: mgrpo_jax/utils/host_memory.py); a value set by the caller is kept.
+export GLIBC_TUNABLES ?= glibc.malloc.hugetlb=1
 
 .PHONY: demo test test-unit bazel-test lint venv clean
 

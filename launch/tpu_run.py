@@ -36,7 +36,7 @@ from ml_collections import config_flags
 
 from mgrpo_jax.config import ConfigError, iter_fields, validate
 from mgrpo_jax.plugins import parse_gin
-from mgrpo_jax.utils import cli
+from mgrpo_jax.utils import cli, host_memory
 
 _KNOWN_KEYS = {key for key, _ in iter_fields()}
 
@@ -190,4 +190,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+  host_memory.reexec_with_huge_pages()  # before anything allocates (its module docstring)
   app.run(main, flags_parser=_parse_flags)

@@ -52,7 +52,7 @@ _DONE = "warm_start.json"
 # Tokens per copy-curriculum sequence (`copy_curriculum.copy_sequences`).
 COPY_LENGTH = 128
 # Sequences the logged NLL before and after each SFT phase is measured on (a diagnostic).
-NLL_SEQUENCES = 256
+NLL_SEQUENCES = 64
 
 
 def trained_roles(mode: str) -> tuple[str, ...]:
