@@ -5,6 +5,10 @@ r"""Runs M-GRPO training: the main agent's slice, the sub-agent's slice, or both
   python launch/tpu_run.py --slice=sub  --config=configs/default.py:paper --workdir=gs://b/run1
 
 --slice=all starts both slices on this machine, as two processes sharing the local store.
+The launcher first re-executes itself once with glibc's huge-page malloc tunable
+(mgrpo_jax/utils/host_memory.py), and every process of a run keeps its compiled programs
+in <workdir>/jax_cache (experiment.compilation_cache_dir; mgrpo_jax/training/
+compilation_cache.py).
 
 Multi-host slices: every host of a slice runs the same command with
 --coordinator_address=auto (TPU pod slices: the hosts are found from the environment) or

@@ -121,8 +121,8 @@ SPEC: dict[str, Any] = {
         "compilation_cache_dir": Field(
             "jax_cache", "Persistent XLA compilation cache of the run: a folder relative to "
             "the run's local folder, absolute, or gs://... (empty: JAX's own setting, e.g. "
-            "JAX_COMPILATION_CACHE_DIR). Every process of the run compiles a program once "
-            "(`training/compilation_cache.py`)."),
+            "JAX_COMPILATION_CACHE_DIR). A program one process of the run compiled is loaded "
+            "by the later ones (`training/compilation_cache.py`)."),
     },
     "world": {
         "size": Field("tiny", "Size of the generated world.",
