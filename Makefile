@@ -20,8 +20,10 @@ $(STAMP): pyproject.toml
 demo: venv
 	$(PY) launch/tpu_run.py --slice=all --config=configs/local_demo.py
 
+# One pytest worker per core (pytest-xdist); each test file runs on one worker, so its
+# module fixtures (warm starts, worlds, emulators) are built once.
 test: venv
-	$(PY) -m pytest tests -q -p no:cacheprovider
+	$(PY) -m pytest tests -q -p no:cacheprovider -n auto --dist loadfile
 
 test-unit: venv
 	$(PY) -m pytest tests/unit -q -p no:cacheprovider
