@@ -18,11 +18,3 @@ settings.register_profile(
     database=None,
 )
 settings.load_profile("ci")
-
-
-def pytest_collection_modifyitems(items):
-  """Test files holding a test marked `slow` run first, each file's tests together and
-  in their order (a stable sort), so that the parallel workers of `make test` end on
-  short tests together instead of one worker finishing a long test alone."""
-  slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-  items.sort(key=lambda item: item.path not in slow_files)

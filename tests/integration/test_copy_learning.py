@@ -8,7 +8,6 @@ each model predicts the copied spans of fresh sequences greedily, teacher-forced
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from flax import nnx
 
 from mgrpo_jax.models import get_config, init_model
@@ -44,7 +43,6 @@ def _copy_accuracy(model) -> float:
   return copy_accuracy(model, copy_sequences(64, TOKENS, length=LENGTH, seed=99))
 
 
-@pytest.mark.slow
 def test_smeared_keys_learn_to_copy_where_plain_keys_do_not():
   smeared, smeared_metrics = _trained(True)
   plain, plain_metrics = _trained(False)

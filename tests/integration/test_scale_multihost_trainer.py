@@ -33,7 +33,6 @@ import sys
 import gin
 import jax
 import numpy as np
-import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 NUM_STEPS = 2
@@ -148,7 +147,6 @@ def _metric_lines(workdir: pathlib.Path) -> list[str]:
   return (workdir / "logs" / "main" / "metrics.jsonl").read_text().splitlines()
 
 
-@pytest.mark.slow
 def test_two_processes_train_the_main_slice_like_one(tmp_path):
   from mgrpo_jax.metrics.writer import read_metrics
 

@@ -104,7 +104,6 @@ def test_two_slices_complete_every_step(reference):
   assert any(p.name.startswith("jit_") for p in (workdir / "jax_cache").iterdir())
 
 
-@pytest.mark.slow
 def test_resume_after_sigkill_equals_uninterrupted_run(reference, tmp_path):
   workdir = tmp_path / "run"
   store = open_store(str(workdir / "store"))
@@ -143,7 +142,6 @@ def _kill_one_slice_at(workdir, delay_s: float, victim: str) -> int:
   return parent.returncode
 
 
-@pytest.mark.slow
 def test_resume_after_sigkill_at_random_times_equals_uninterrupted_run(reference, tmp_path):
   workdir = tmp_path / "run"
   rng = random.Random(20261129)
