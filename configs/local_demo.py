@@ -2,15 +2,21 @@
 
   python launch/tpu_run.py --slice=all --config=configs/local_demo.py
 
-On 2 CPU cores, from the tiny world (400 train pages, a held-out test world of unseen
-entities): the noisy oracles demonstrate training questions spread over 50 training
-worlds, and both agents (small models with smeared keys and a SentencePiece tokenizer
-trained on the world's corpus, short system prompts) first learn to copy on the copy
-curriculum, then are fine-tuned on the demonstrations (stage 1); M-GRPO then trains M
-and S from there (stage 2, B queries x K rollouts, D aligned sub-calls); the agents are evaluated on the
-test world before and after RL. Outputs under the workdir: metrics.jsonl and TensorBoard
-events per slice, report/rewards.png, report/accuracy.png and report/summary.txt (the
-table printed at the end).
+On 2 CPU cores, in the symbolic world (`world.render=symbolic`: every name, relation,
+value and page id is one token; tasks/symbolic): the noisy oracles, whose mistakes are
+systematic (M re-asks the second hop's relation at the third hop and delegates puzzles
+instead of calling `reason`; S reports the neighbouring line's value for two
+relations), demonstrate questions about many training worlds; two 2-layer, 64-wide
+agents with smeared keys are fine-tuned on their own turns (stage 1); M-GRPO then trains
+M and S from there (stage 2, B queries x K rollouts, D aligned sub-calls); both are
+evaluated on a held-out test world (the same name pool, another random graph) before
+and after RL, greedy and sampled. Outputs under the workdir: metrics.jsonl and
+TensorBoard events per slice, report/rewards.png, report/accuracy.png and
+report/summary.txt (the table printed at the end).
+
+Preset `natural` (`--config=configs/local_demo.py:natural`) is the same job in the
+natural-language world, whose multi-token names small models trained from scratch do
+not learn to copy in minutes (docs/RESULTS.md).
 
 The paper's comparison runs this config per mode and seed: configs/sweeps/
 paper_comparison.py.
@@ -18,7 +24,44 @@ paper_comparison.py.
 
 from mgrpo_jax.config import apply_overrides, base_config
 
-OVERRIDES = {
+SYMBOLIC = {
+    "experiment.name": "local_demo",
+    "experiment.run_id": "local_demo",
+    "experiment.num_steps": 30,
+    "world.render": "symbolic",
+    "world.size": "tiny",
+    "world.stage": "stage1",
+    "world.tokenizer_vocab_size": 1100,
+    "prompts.system": "short",
+    "mgrpo.queries_per_step": 8,
+    "mgrpo.rollouts_per_query": 8,
+    "mgrpo.aligned_sub_calls": 3,
+    "mgrpo.max_sub_calls": 4,
+    "warm_start.enabled": True,
+    "warm_start.num_questions": 2000,
+    "warm_start.num_worlds": 200,
+    "warm_start.epochs": 2,
+    "warm_start.batch_rows": 32,
+    "warm_start.main_noise_rate": 0.7,
+    "warm_start.sub_noise_rate": 0.7,
+    "eval.enabled": True,
+    "eval.num_questions": 100,
+    "eval.samples": 2,
+    "serving.deadline_s": 60.0,
+    "logging.tensorboard": True,
+}
+for _agent, _turns, _context in (("main", 5, 320), ("sub", 3, 256)):
+  SYMBOLIC.update({
+      f"{_agent}.model.preset": "tiny",
+      f"{_agent}.model.smeared_keys": True,
+      f"{_agent}.sampling.max_new_tokens": 48,
+      f"{_agent}.limits.max_turns": _turns,
+      f"{_agent}.limits.max_context": _context,
+      f"{_agent}.optim.learning_rate": 1e-3,
+      f"{_agent}.optim.weight_decay": 0.0,
+  })
+
+NATURAL = {
     "experiment.name": "local_demo",
     "experiment.run_id": "local_demo",
     "experiment.num_steps": 6,
@@ -46,7 +89,7 @@ OVERRIDES = {
     "logging.tensorboard": True,
 }
 for _agent, _turns in (("main", 5), ("sub", 4)):
-  OVERRIDES.update({
+  NATURAL.update({
       f"{_agent}.model.preset": "small",
       f"{_agent}.model.smeared_keys": True,
       f"{_agent}.sampling.max_new_tokens": 96,
@@ -55,12 +98,13 @@ for _agent, _turns in (("main", 5), ("sub", 4)):
       f"{_agent}.optim.learning_rate": 3e-4,
       f"{_agent}.optim.weight_decay": 0.0,
   })
+PRESETS = {"": SYMBOLIC, "natural": NATURAL}
 
 
 def get_config(arg=None):
-  """The demo config; `arg` must be empty (no presets)."""
-  if arg:
-    raise ValueError(f"configs/local_demo.py has no presets, got {arg!r}")
+  """The demo config: the symbolic world (no argument) or preset "natural"."""
+  if (arg or "") not in PRESETS:
+    raise ValueError(f"configs/local_demo.py presets are {sorted(PRESETS)}, got {arg!r}")
   config = base_config()
-  apply_overrides(config, OVERRIDES)
+  apply_overrides(config, PRESETS[arg or ""])
   return config

@@ -125,8 +125,14 @@ SPEC: dict[str, Any] = {
             "by the later ones (`training/compilation_cache.py`)."),
     },
     "world": {
-        "size": Field("tiny", "Size of the generated world.",
+        "size": Field("tiny", "Size of the generated world (the symbolic rendering has tiny "
+                      "and small: 128 and 256 entities).",
                       choices=("tiny", "small", "medium", "large")),
+        "render": Field("natural", "How the world is written: natural (encyclopedia "
+                        "sentences, multi-token names: for pretrained models) or symbolic "
+                        "(one token per name, relation, value and page id: for small models "
+                        "trained from scratch; `tasks/symbolic`).",
+                        choices=("natural", "symbolic")),
         "seed": Field(0, "Seed of the training world (train/validation splits).", low=0),
         "test_seed": Field(1, "Seed of the held-out test world (unseen entities).", low=0),
         "stage": Field("stage2", "Question mixture: stage1 (1-2 hops) or stage2 (2-4 hops).",

@@ -21,8 +21,7 @@ import sys
 from mgrpo_jax.agents.tools.search import build_index
 from mgrpo_jax.tasks import datasets as datasets_lib
 from mgrpo_jax.tasks import tfds_builder
-from mgrpo_jax.tasks.pages import render_pages
-from mgrpo_jax.tasks.world import resolve_size
+from mgrpo_jax.tasks.renderings import RENDERINGS, get_rendering
 
 DATA_SUFFIXES = (".sqlite", ".array_record")
 
@@ -37,22 +36,25 @@ def file_digests(root: str | os.PathLike) -> dict[str, str]:
 
 
 def build(world: str, seed: int, out: str | os.PathLike, *, test_seed: int | None = None,
-          num_train: int = 400, num_validation: int = 50, num_test: int = 100) -> dict:
+          num_train: int = 400, num_validation: int = 50, num_test: int = 100,
+          render: str = "natural") -> dict:
   """Writes datasets and indexes under `out`; returns the manifest."""
-  resolve_size(world)
+  rendering = get_rendering(render)
+  rendering.check_size(world)
   import tensorflow_datasets as tfds
 
   tfds.disable_progress_bar()
   out = pathlib.Path(out)
-  config = tfds_builder.world_config(world, seed, test_seed, num_train=num_train,
-                                     num_validation=num_validation, num_test=num_test)
+  config = tfds_builder.world_config(world, seed, test_seed, render=render,
+                                     num_train=num_train, num_validation=num_validation,
+                                     num_test=num_test)
   for cls in (tfds_builder.DeepResearchTasks, tfds_builder.DeepResearchCorpus):
     builder = tfds_builder.make_builder(cls, config, str(out / "tfds"))
     builder.download_and_prepare()
   spec = config.spec
-  worlds = datasets_lib.make_split_worlds(spec.world, spec.seed, spec.test_seed)
+  worlds = datasets_lib.make_split_worlds(spec.world, spec.seed, spec.test_seed, render)
   for name, w in zip(("train_world", "test_world"), worlds, strict=False):
-    build_index(render_pages(w), out / "index" / f"{name}.sqlite")
+    build_index(rendering.render_pages(w), out / "index" / f"{name}.sqlite")
   manifest = {"spec": {k: getattr(spec, k) for k in spec.__dataclass_fields__},
               "config": config.name, "files": file_digests(out)}
   (out / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True))
@@ -68,11 +70,13 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--num_train", type=int, default=400, help="train questions per stage")
   parser.add_argument("--num_validation", type=int, default=50)
   parser.add_argument("--num_test", type=int, default=100)
+  parser.add_argument("--render", default="natural", choices=RENDERINGS,
+                      help="natural sentences or one token per symbol")
   args = parser.parse_args(argv)
   try:
     manifest = build(args.world, args.seed, args.out, test_seed=args.test_seed,
                      num_train=args.num_train, num_validation=args.num_validation,
-                     num_test=args.num_test)
+                     num_test=args.num_test, render=args.render)
   except ValueError as exc:
     parser.error(str(exc))
   sys.stdout.write(json.dumps(manifest["files"], indent=1) + "\n")

@@ -21,7 +21,7 @@ import tensorflow_datasets as tfds
 from etils import epath
 
 from mgrpo_jax.tasks import datasets as datasets_lib
-from mgrpo_jax.tasks.pages import render_pages
+from mgrpo_jax.tasks.renderings import get_rendering
 
 VERSION = tfds.core.Version("1.0.0")
 
@@ -33,14 +33,18 @@ class WorldConfig(tfds.core.BuilderConfig):
 
 
 def world_config(world: str | int = "tiny", seed: int = 0, test_seed: int | None = None,
-                 **counts: int) -> WorldConfig:
+                 render: str = "natural", **counts: int) -> WorldConfig:
   """Config "<world>_seed<seed>" (test seed defaults to seed + 1); other test seeds or
-  question counts add "_t<test seed>_n<train>-<validation>-<test>" to the name."""
+  question counts add "_t<test seed>_n<train>-<validation>-<test>" to the name, and a
+  rendering other than the natural one adds "_<render>"."""
   test_seed = seed + 1 if test_seed is None else test_seed
-  spec = datasets_lib.WorldSpec(str(world), seed, test_seed, **counts)
+  spec = datasets_lib.WorldSpec(str(world), seed, test_seed, render=render, **counts)
   name = f"{world}_seed{seed}"
-  if spec != datasets_lib.WorldSpec(str(world), seed, seed + 1):
+  default = datasets_lib.WorldSpec(str(world), seed, seed + 1, render=render)
+  if spec != default:
     name += f"_t{test_seed}_n{spec.num_train}-{spec.num_validation}-{spec.num_test}"
+  if render != "natural":
+    name += f"_{render}"
   return WorldConfig(name=name, version=VERSION, spec=spec)
 
 
@@ -147,6 +151,7 @@ class DeepResearchCorpus(_WorldBuilder):
 
   def _generate_examples(self, which: int):
     spec = self.builder_config.spec
-    world = datasets_lib.make_split_worlds(spec.world, spec.seed, spec.test_seed)[which]
-    for page in render_pages(world):
+    world = datasets_lib.make_split_worlds(spec.world, spec.seed, spec.test_seed,
+                                           spec.render)[which]
+    for page in get_rendering(spec.render).render_pages(world):
       yield page.page_id, {"page_id": page.page_id, "title": page.title, "text": page.text}

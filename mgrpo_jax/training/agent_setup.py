@@ -32,8 +32,9 @@ from mgrpo_jax.agents.config import AgentLimits, RolloutConfig
 from mgrpo_jax.agents.policy import SamplerPolicy
 from mgrpo_jax.models import get_config, init_model, load_pretrained
 from mgrpo_jax.sampling import Sampler, SamplerConfig, SamplingParams
-from mgrpo_jax.text import SentencePieceTokenizer
+from mgrpo_jax.text import DEFAULT_USER_DEFINED_SYMBOLS, SentencePieceTokenizer
 from mgrpo_jax.training.checkpoint import restore_params
+from mgrpo_jax.training.data import world_rendering
 from mgrpo_jax.training.files import file_lock
 from mgrpo_jax.training.mesh import MeshConfig, create_mesh
 from mgrpo_jax.training.optimizer import OptimizerConfig, make_optimizer
@@ -61,13 +62,17 @@ def _is_pretrained(preset: str) -> bool:
 
 
 def world_tokenizer(root: str | pathlib.Path, config) -> SentencePieceTokenizer:
-  """The SentencePiece tokenizer trained once on the world's corpus (module docstring)."""
+  """The SentencePiece tokenizer trained once on the world's corpus (module docstring);
+  the rendering's symbols (every name, relation, value and page id of the symbolic
+  world) are user-defined symbols, one token each wherever they occur."""
   folder = pathlib.Path(root) / "data" / "tokenizer"
   with file_lock(folder.parent / ".tokenizer.lock"):
     if (folder / "tokenizer.model").exists():
       return SentencePieceTokenizer.load(folder)
+    symbols = DEFAULT_USER_DEFINED_SYMBOLS + world_rendering(config).symbols
     tokenizer = SentencePieceTokenizer.train(tokenizer_corpus(config), folder / "tmp",
-                                             int(config.world.tokenizer_vocab_size))
+                                             int(config.world.tokenizer_vocab_size),
+                                             user_defined_symbols=symbols)
     (folder / "tmp" / "tokenizer.model").replace(folder / "tokenizer.model")
     return tokenizer
 

@@ -25,10 +25,16 @@ import grain
 from mgrpo_jax.tasks import build as build_lib
 from mgrpo_jax.tasks import tfds_builder
 from mgrpo_jax.tasks.questions import Question
+from mgrpo_jax.tasks.renderings import Rendering, get_rendering
 from mgrpo_jax.tasks.world import Fact
 from mgrpo_jax.training.files import file_lock
 
 STAGES = {"stage1": 1, "stage2": 2}
+
+
+def world_rendering(config) -> Rendering:
+  """The rendering of the run's world (`world.render`)."""
+  return get_rendering(str(config.world.render))
 
 
 def world_dir(root: str | os.PathLike[str]) -> pathlib.Path:
@@ -36,7 +42,8 @@ def world_dir(root: str | os.PathLike[str]) -> pathlib.Path:
 
 
 def _world_config(world) -> tfds_builder.WorldConfig:
-  return tfds_builder.world_config(world["size"], int(world["seed"]), int(world["test_seed"]))
+  return tfds_builder.world_config(world["size"], int(world["seed"]), int(world["test_seed"]),
+                                   render=str(world["render"]))
 
 
 def ensure_world(root: str | os.PathLike[str], world) -> pathlib.Path:
@@ -46,7 +53,7 @@ def ensure_world(root: str | os.PathLike[str], world) -> pathlib.Path:
     if not (out / "manifest.json").exists():
       shutil.rmtree(out, ignore_errors=True)  # an interrupted build
       build_lib.build(world["size"], int(world["seed"]), out,
-                      test_seed=int(world["test_seed"]))
+                      test_seed=int(world["test_seed"]), render=str(world["render"]))
   return out
 
 

@@ -20,12 +20,9 @@ import pathlib
 
 from mgrpo_jax.agents.tools import ToolRegistry
 from mgrpo_jax.agents.tools.search import build_index
-from mgrpo_jax.tasks import datasets as datasets_lib
 from mgrpo_jax.tasks import questions as questions_lib
-from mgrpo_jax.tasks.pages import render_pages
-from mgrpo_jax.tasks.world import generate_world
 from mgrpo_jax.training import agent_setup
-from mgrpo_jax.training.data import STAGES
+from mgrpo_jax.training.data import STAGES, world_rendering
 from mgrpo_jax.training.slice_common import index_registry
 
 
@@ -61,8 +58,9 @@ def demonstration_worlds(config, world_path: pathlib.Path, folder: pathlib.Path
     folder: where the other worlds' indexes are written (`<folder>/worlds/`).
   """
   world, ws = config.world, config.warm_start
-  train_world, test_world = datasets_lib.make_split_worlds(
-      str(world.size), int(world.seed), int(world.test_seed))
+  rendering = world_rendering(config)
+  train_world, test_world = rendering.split_worlds(str(world.size), int(world.seed),
+                                                   int(world.test_seed))
   counts = question_counts(int(ws.num_questions), int(ws.num_worlds))
   run_seed = int(config.experiment.seed)
   out = []
@@ -70,17 +68,17 @@ def demonstration_worlds(config, world_path: pathlib.Path, folder: pathlib.Path
     if index == 0:
       source, registry = train_world, agent_setup.tool_registry(world_path, config)
     else:
-      source = generate_world(str(world.size), world_seed(config, index),
-                              exclude_names=frozenset(test_world.names))
+      source = rendering.generate(str(world.size), world_seed(config, index),
+                                  frozenset(test_world.names))
       index_path = folder / "worlds" / f"world_{index}.sqlite"
       if not index_path.exists():
-        build_index(render_pages(source), index_path)
+        build_index(rendering.render_pages(source), index_path)
       registry = index_registry(index_path, top_n=int(config.tools.search_top_n),
                                 visit_budget=int(config.tools.visit_chars))
     names = ("demonstration_questions",) + ((index,) if index else ())
     seed = agent_setup.derive_seed(run_seed, *names) % 2**16
     prefix = f"demo-w{index}" if index else "demo"
-    questions = questions_lib.synthesize(source, count, stage=STAGES[str(world.stage)],
-                                         seed=seed, id_prefix=prefix)
+    questions = rendering.synthesize(source, count, stage=STAGES[str(world.stage)],
+                                     seed=seed, id_prefix=prefix)
     out.append(DemonstrationWorld(questions, registry))
   return out

@@ -16,8 +16,13 @@ summarizes:
   copy diagnostics   (`copy_rates`) first_action_oracle_rate: M's first tool call equals
                      the clean scripted oracle's first action (right tool, sub-task or
                      expression copied right); sub_query_copy_rate: S's first call
-                     searches its sub-task verbatim. They measure the copying that
-                     answers are built from, before any answer is right.
+                     equals the clean S oracle's (the natural world's searches its
+                     sub-task verbatim, the symbolic world's visits its entity). They
+                     measure the copying that answers are built from, before any
+                     answer is right.
+  greedy             accuracy, its interval and per-type accuracy of one greedy
+                     rollout per question (temperature 0): what the policy's most
+                     likely actions achieve, next to the sampled accuracy above.
   turn_accuracy      per trained role, the fraction of the clean oracles' turns on the
                      same test questions that the agent's greedy decoding would write
                      from the demonstrated history (`turn_accuracy.py`): each turn of
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import json
 import pathlib
 from collections.abc import Sequence
@@ -44,11 +50,11 @@ from mgrpo_jax.agents.modes import Agent, make_controller
 from mgrpo_jax.agents.records import MainRecord, SubRecord
 from mgrpo_jax.agents.scoring import score
 from mgrpo_jax.tasks.judges import ExactMatchJudge
-from mgrpo_jax.tasks.oracle import Action, OracleMainAgent
-from mgrpo_jax.tasks.oracle.noise import MainNoise, SubNoise
+from mgrpo_jax.tasks.oracle import Action
+from mgrpo_jax.tasks.renderings import NATURAL, Rendering
 from mgrpo_jax.training import agent_setup, turn_accuracy, warm_start
 from mgrpo_jax.training.checkpoint import AgentCheckpointer, restore_params
-from mgrpo_jax.training.data import ensure_world, load_questions
+from mgrpo_jax.training.data import ensure_world, load_questions, world_rendering
 from mgrpo_jax.training.slice_common import make_registry
 
 NUM_EXAMPLES = 2
@@ -63,7 +69,8 @@ class EvalResult:
 
 
 def summarize(main: Sequence[MainRecord], sub: Sequence[SubRecord], questions,
-              tokenizer=None, sub_tokenizer=None) -> dict[str, Any]:
+              tokenizer=None, sub_tokenizer=None, rendering: Rendering = NATURAL
+              ) -> dict[str, Any]:
   """The summary of scored records (module docstring); `questions` maps id -> question.
 
   The examples decode M's trajectories with `tokenizer` and S's with `sub_tokenizer`
@@ -95,7 +102,7 @@ def summarize(main: Sequence[MainRecord], sub: Sequence[SubRecord], questions,
       "sub_calls_mean": float(np.mean([r.num_sub_calls for r in main])),
       "tool_calls_mean": {name: count / n for name, count in sorted(tools.items())},
   }
-  summary.update(copy_rates(main, sub, questions))
+  summary.update(copy_rates(main, sub, questions, rendering))
   if tokenizer is not None:
     sub_tokenizer = sub_tokenizer or tokenizer
     examples = []
@@ -113,7 +120,8 @@ def summarize(main: Sequence[MainRecord], sub: Sequence[SubRecord], questions,
 
 def evaluate(mode: str, main: Agent, sub: Agent | None, registry, rollout_config,
              questions: Sequence[Any], *, samples: int, key: int,
-             main_spec: specs.AgentSpec, sub_spec: specs.AgentSpec) -> EvalResult:
+             main_spec: specs.AgentSpec, sub_spec: specs.AgentSpec,
+             rendering: Rendering = NATURAL) -> EvalResult:
   """Rollouts of `questions` (`samples` each), scored and summarized."""
   controller = make_controller(mode, main, registry, rollout_config,
                                sub=None if mode == "single_agent" else sub,
@@ -122,7 +130,7 @@ def evaluate(mode: str, main: Agent, sub: Agent | None, registry, rollout_config
   by_id = {q.id: q for q in questions}
   scored_main, scored_sub = score(out.main, out.sub, by_id, ExactMatchJudge())
   return EvalResult(summarize(scored_main, scored_sub, by_id, main.tokenizer,
-                              sub.tokenizer if sub is not None else None),
+                              sub.tokenizer if sub is not None else None, rendering),
                     scored_main, scored_sub)
 
 
@@ -145,11 +153,12 @@ def _first_call(record: MainRecord | SubRecord) -> tuple[str, Any] | None:
     return calls[0].name, None
 
 
-def copy_rates(main: Sequence[MainRecord], sub: Sequence[SubRecord], questions
-               ) -> dict[str, float]:
+def copy_rates(main: Sequence[MainRecord], sub: Sequence[SubRecord], questions,
+               rendering: Rendering = NATURAL) -> dict[str, float]:
   """The copy diagnostics of the module docstring (M's only for role "main" records)."""
   rates = {}
-  oracle = OracleMainAgent()
+  oracle = rendering.main_oracle(0.0, 0)
+  sub_oracle = rendering.sub_oracle(0.0, 0)
   delegating = [r for r in main if r.role == "main"]
   if delegating:
     rates["first_action_oracle_rate"] = float(np.mean([
@@ -157,7 +166,7 @@ def copy_rates(main: Sequence[MainRecord], sub: Sequence[SubRecord], questions
         for r in delegating]))
   if sub:
     rates["sub_query_copy_rate"] = float(np.mean([
-        _first_call(r) == ("search", {"query": r.subtask}) for r in sub]))
+        _first_call(r) == _call_of(sub_oracle.next_action(r.subtask, [])) for r in sub]))
   return rates
 
 
@@ -194,12 +203,13 @@ def _agent(config, role: str, root: pathlib.Path, source: Source) -> Agent:
 
 def held_out_turn_accuracy(mode: str, agents: dict[str, Agent], registry, rollout_config,
                            questions: Sequence[Any], *, main_spec: specs.AgentSpec,
-                           sub_spec: specs.AgentSpec) -> dict[str, dict[str, float]]:
+                           sub_spec: specs.AgentSpec, rendering: Rendering = NATURAL
+                           ) -> dict[str, dict[str, float]]:
   """`turn_accuracy` of each agent in `agents` ("main", "sub") on the clean oracles'
   trajectories of `questions` (the single agent's: M's oracle with S's inline)."""
   demos = warm_start.collect_demonstrations(
       agents["main"].tokenizer, registry, rollout_config, questions,
-      main_noise=MainNoise(rate=0.0), sub_noise=SubNoise(rate=0.0),
+      main_oracle=rendering.main_oracle(0.0, 0), sub_oracle=rendering.sub_oracle(0.0, 0),
       mode=warm_start.demonstration_mode(mode), main_spec=main_spec, sub_spec=sub_spec,
       sub_tokenizer=agents["sub"].tokenizer if "sub" in agents else None)
   sequences = {"main": demos.main, "sub": demos.sub}
@@ -226,12 +236,26 @@ def evaluate_sources(config, root: str | pathlib.Path, sources: dict[str, Source
     sub = main if mode == "shared_policy" else _agent(config, "sub", root, sources["sub"])
   main_spec, sub_spec = agent_setup.agent_specs(config)
   rollout_config = agent_setup.rollout_config(config)
-  result = evaluate(mode, main, sub, registry, rollout_config, questions,
-                    samples=int(config.eval.samples),
-                    key=agent_setup.derive_seed(int(config.experiment.seed), "eval"),
-                    main_spec=main_spec, sub_spec=sub_spec)
+  rendering = world_rendering(config)
+  run = functools.partial(evaluate, mode, registry=registry, rollout_config=rollout_config,
+                          questions=questions, main_spec=main_spec, sub_spec=sub_spec,
+                          key=agent_setup.derive_seed(int(config.experiment.seed), "eval"),
+                          rendering=rendering)
+  result = run(main=main, sub=sub, samples=int(config.eval.samples))
+  greedy_main = greedy(main)
+  greedy_sub = None if sub is None else greedy_main if sub is main else greedy(sub)
+  greedy_summary = run(main=greedy_main, sub=greedy_sub, samples=1).summary
+  result.summary["greedy"] = {key: greedy_summary[key] for key in
+                              ("accuracy", "accuracy_ci95", "accuracy_by_type", "format_rate")}
   agents = {"main": main} if sub is None else {"main": main, "sub": sub}
   result.summary["turn_accuracy"] = held_out_turn_accuracy(
       mode, agents, registry, rollout_config, questions, main_spec=main_spec,
-      sub_spec=sub_spec)
+      sub_spec=sub_spec, rendering=rendering)
   return result
+
+
+def greedy(agent: Agent) -> Agent:
+  """The same agent decoding greedily (temperature 0; its sampler is shared)."""
+  policy = agent.policy
+  params = dataclasses.replace(policy.params, temperature=0.0)
+  return Agent(type(policy)(policy.sampler, params, version=policy.version), agent.tokenizer)

@@ -48,12 +48,11 @@ from mgrpo_jax.serving.address import read_address, service_token
 from mgrpo_jax.serving.remote_client import RemoteSubAgentClient
 from mgrpo_jax.store.errors import StoreTimeoutError
 from mgrpo_jax.store.schema import MainOutcomes, SliceAck, ack_key
-from mgrpo_jax.tasks import datasets as datasets_lib
-from mgrpo_jax.tasks.judges import ExactMatchJudge, ProgrammaticExpertJudge
+from mgrpo_jax.tasks.judges import ExactMatchJudge
 from mgrpo_jax.training import agent_setup, distributed, step_math
 from mgrpo_jax.training.batching import pack_sequences
 from mgrpo_jax.training.checkpoint import AgentCheckpointer, CheckpointConfig
-from mgrpo_jax.training.data import QueryStream, ensure_world, load_questions
+from mgrpo_jax.training.data import QueryStream, ensure_world, load_questions, world_rendering
 from mgrpo_jax.training.faults import crash_point
 from mgrpo_jax.training.files import dump_json
 from mgrpo_jax.training.optimizer import learning_rate_schedule
@@ -180,9 +179,10 @@ def run_main_slice(config, workdir: str) -> None:
     controller = make_controller(mode, Agent(acting, tokenizer), registry, rollout_config,
                                  main_spec=main_spec, sub_spec=sub_spec)
     if mode == "shared_policy":
-      train_world, _ = datasets_lib.make_split_worlds(
+      rendering = world_rendering(config)
+      train_world, _ = rendering.split_worlds(
           config.world.size, int(config.world.seed), int(config.world.test_seed))
-      expert_judge = ProgrammaticExpertJudge(train_world)
+      expert_judge = rendering.expert_judge(train_world)
   answer_judge = ExactMatchJudge()
   schedule = learning_rate_schedule(trainer.optim)
   updates = {}

@@ -32,7 +32,6 @@ from typing import Any
 from absl import logging as absl_logging
 
 from mgrpo_jax.metrics import report
-from mgrpo_jax.tasks.oracle.noise import MainNoise, SubNoise
 from mgrpo_jax.training import (
   agent_setup,
   copy_curriculum,
@@ -40,7 +39,7 @@ from mgrpo_jax.training import (
   evaluation,
   warm_start,
 )
-from mgrpo_jax.training.data import ensure_world
+from mgrpo_jax.training.data import ensure_world, world_rendering
 from mgrpo_jax.training.files import atomic_write, file_lock
 from mgrpo_jax.training.mesh import MeshConfig, create_mesh
 from mgrpo_jax.training.optimizer import OptimizerConfig, make_optimizer
@@ -93,11 +92,12 @@ def _warm_start_once(config, paths: RunPaths, folder: pathlib.Path) -> dict[str,
             for role in dirs}
   # S's demonstrations go to S's model in its own ids (to M's in shared_policy).
   sub_tokenizer = models["sub"][1] if "sub" in models else None
+  rendering = world_rendering(config)
   demonstrate = functools.partial(
       warm_start.collect_demonstrations, models["main"][1], sub_tokenizer=sub_tokenizer,
       config=agent_setup.rollout_config(config),
-      main_noise=MainNoise(rate=float(ws.main_noise_rate), seed=seed),
-      sub_noise=SubNoise(rate=float(ws.sub_noise_rate), seed=seed),
+      main_oracle=rendering.main_oracle(float(ws.main_noise_rate), seed),
+      sub_oracle=rendering.sub_oracle(float(ws.sub_noise_rate), seed),
       mode=warm_start.demonstration_mode(mode),
       main_spec=main_spec, sub_spec=sub_spec, key=agent_setup.derive_seed(seed, "demos"))
   sequences: dict[str, list] = {"main": [], "sub": []}

@@ -8,7 +8,7 @@ Step t:
   1. wait for outcomes(t) in the store (correct_M, R_M, d_k per rollout);
   2. load the step's S records from the service's cache; every rollout (q, k) must have
      exactly its d_k calls (a missing one is an error naming (q, k, i));
-  3. r_expert (`ProgrammaticExpertJudge`, question looked up by id), R_S
+  3. r_expert (the rendering's expert judge, question looked up by id), R_S
      (`plugins.sub_reward_fn`, correct_M from the outcomes);
   4. alignment to D slots (key from (seed, t)) and per-query advantages, or the
      arrival-order grouping of no_alignment (`step_math`);
@@ -40,12 +40,10 @@ from mgrpo_jax.metrics import format_progress
 from mgrpo_jax.serving.address import encode_address, service_token
 from mgrpo_jax.serving.sub_service import SubAgentService, WeightVersions
 from mgrpo_jax.store.schema import MainOutcomes, SliceAck, ack_key, outcomes_key
-from mgrpo_jax.tasks import datasets as datasets_lib
-from mgrpo_jax.tasks.judges import ProgrammaticExpertJudge
 from mgrpo_jax.training import agent_setup, distributed, step_math
 from mgrpo_jax.training.batching import TrainBatch
 from mgrpo_jax.training.checkpoint import AgentCheckpointer, CheckpointConfig
-from mgrpo_jax.training.data import ensure_world, load_questions
+from mgrpo_jax.training.data import ensure_world, load_questions, world_rendering
 from mgrpo_jax.training.faults import crash_point
 from mgrpo_jax.training.files import atomic_write
 from mgrpo_jax.training.optimizer import learning_rate_schedule
@@ -110,9 +108,10 @@ def run_sub_slice(config, workdir: str) -> None:
   world_path = ensure_world(paths.local, config.world)
   questions = {q.id: q for q in load_questions(world_path, config.world,
                                                str(config.world.stage))}
-  train_world, _ = datasets_lib.make_split_worlds(config.world.size, int(config.world.seed),
-                                                  int(config.world.test_seed))
-  judge = ProgrammaticExpertJudge(train_world)
+  rendering = world_rendering(config)
+  train_world, _ = rendering.split_worlds(config.world.size, int(config.world.seed),
+                                          int(config.world.test_seed))
+  judge = rendering.expert_judge(train_world)
   registry = agent_setup.tool_registry(world_path, config)
   model, tokenizer = agent_setup.build_model(config.sub, "sub", paths.local, config)
   trainer = agent_setup.create_agent_state(model, config.sub, "sub", config)

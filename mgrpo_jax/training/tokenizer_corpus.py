@@ -17,10 +17,9 @@ from mgrpo_jax.agents import specs
 from mgrpo_jax.agents.oracle_policy import render_oracle_action
 from mgrpo_jax.agents.tools import SearchIndex, default_registry
 from mgrpo_jax.tasks import datasets as datasets_lib
-from mgrpo_jax.tasks.oracle import Action, OracleMainAgent, OracleSubAgent
+from mgrpo_jax.tasks.oracle import Action
 from mgrpo_jax.tasks.oracle.episode import Episode, run_episode
-from mgrpo_jax.tasks.oracle.noise import MainNoise, SubNoise
-from mgrpo_jax.tasks.pages import render_pages
+from mgrpo_jax.training.data import world_rendering
 
 # Training questions whose scripted transcripts join the corpus (about 0.2 s of work).
 TRANSCRIPT_QUESTIONS = 400
@@ -49,18 +48,17 @@ def tokenizer_corpus(config) -> list[str]:
     config: the run's config (`world.*`, `tools.*`, `warm_start.*_noise_rate`).
   """
   world = config.world
-  train_world, _ = datasets_lib.make_split_worlds(world.size, int(world.seed),
-                                                  int(world.test_seed))
-  spec = datasets_lib.WorldSpec(world.size, int(world.seed), int(world.test_seed))
-  pages = render_pages(train_world)
+  rendering = world_rendering(config)
+  train_world, _ = rendering.split_worlds(world.size, int(world.seed), int(world.test_seed))
+  spec = datasets_lib.WorldSpec(world.size, int(world.seed), int(world.test_seed),
+                                render=rendering.name)
+  pages = rendering.render_pages(train_world)
   questions = [q for _, q in datasets_lib.split_questions(spec, "train")]
   corpus = [p.text for p in pages] + [q.text for q in questions]
   corpus += [specs.spec_for(role, style).system_prompt()
              for role in ("main", "sub", "single") for style in specs.SYSTEM_STYLES]
-  main = OracleMainAgent(MainNoise(rate=float(config.warm_start.main_noise_rate),
-                                   seed=int(world.seed)))
-  sub = OracleSubAgent(SubNoise(rate=float(config.warm_start.sub_noise_rate),
-                                seed=int(world.seed)))
+  main = rendering.main_oracle(float(config.warm_start.main_noise_rate), int(world.seed))
+  sub = rendering.sub_oracle(float(config.warm_start.sub_noise_rate), int(world.seed))
   index = SearchIndex.from_pages(pages)
   try:
     registry = default_registry(index, top_n=int(config.tools.search_top_n),

@@ -124,7 +124,9 @@ def collect_demonstrations(tokenizer: Tokenizer, registry: ToolRegistry, config:
                            key: int = 0, mode: str = "mgrpo",
                            main_spec: specs.AgentSpec | None = None,
                            sub_spec: specs.AgentSpec = specs.SUB,
-                           sub_tokenizer: Tokenizer | None = None) -> Demonstrations:
+                           sub_tokenizer: Tokenizer | None = None,
+                           main_oracle: MainPolicy | None = None,
+                           sub_oracle: SubPolicy | None = None) -> Demonstrations:
   """Runs the noisy oracles as M and S over `tasks` and returns their token sequences.
 
   Args:
@@ -141,6 +143,9 @@ def collect_demonstrations(tokenizer: Tokenizer, registry: ToolRegistry, config:
     sub_spec: S's prompts and tools.
     sub_tokenizer: S's tokenizer (default `tokenizer`): `sub` holds its ids, so each
       agent is fine-tuned on ids of its own vocabulary.
+    main_oracle: M's scripted policy, replacing the natural world's `OracleMainAgent`
+      with `main_noise` (e.g. a `Rendering.main_oracle` of the symbolic world).
+    sub_oracle: S's scripted policy, likewise.
 
   Returns:
     `Demonstrations` with every M (or single-agent) and S trajectory; `sub` is empty
@@ -150,8 +155,10 @@ def collect_demonstrations(tokenizer: Tokenizer, registry: ToolRegistry, config:
     raise ValueError(f"mode must be one of {DEMO_MODES}, got {mode!r}")
   if not tasks:
     raise ValueError("tasks is empty: no demonstrations to collect")
-  main_oracle = OracleMainAgent(main_noise if main_noise is not None else MainNoise())
-  sub_oracle = OracleSubAgent(sub_noise if sub_noise is not None else SubNoise())
+  if main_oracle is None:
+    main_oracle = OracleMainAgent(main_noise if main_noise is not None else MainNoise())
+  if sub_oracle is None:
+    sub_oracle = OracleSubAgent(sub_noise if sub_noise is not None else SubNoise())
   if mode == "single_agent":
     single = Agent(OraclePolicy(InlineOracle(main_oracle, sub_oracle), tokenizer), tokenizer)
     controller = make_controller(mode, single, registry, config, main_spec=main_spec)

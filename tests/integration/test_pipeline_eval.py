@@ -23,7 +23,7 @@ from mgrpo_jax.training.tokenizer_corpus import tokenizer_corpus
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-  config = get_config()
+  config = get_config("natural")
   root = tmp_path_factory.mktemp("eval")
   world_path = ensure_world(root, config.world)
   questions = load_questions(world_path, config.world, "stage1", split="test")[:100]

@@ -15,11 +15,11 @@ FRAME = protocol.render_tool_call("visit", {"page": 203}, "I will call visit.")
 
 @pytest.fixture(scope="module")
 def corpus():
-  return corpus_lib.tokenizer_corpus(get_config())
+  return corpus_lib.tokenizer_corpus(get_config("natural"))
 
 
 def test_the_corpus_is_deterministic_and_holds_transcripts(corpus):
-  assert corpus == corpus_lib.tokenizer_corpus(get_config())
+  assert corpus == corpus_lib.tokenizer_corpus(get_config("natural"))
   transcripts = corpus[-corpus_lib.TRANSCRIPT_QUESTIONS:]
   assert all('"name": "delegate"' in t or '"name": "reason"' in t for t in transcripts)
   text = "\n".join(transcripts)
