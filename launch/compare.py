@@ -24,7 +24,8 @@ _WORKDIR = flags.DEFINE_string("workdir", "runs/paper_comparison", "The sweep's 
 _OUT = flags.DEFINE_string("out", "", "Output folder; empty: <workdir>/comparison.")
 _GROUP_BY = flags.DEFINE_string("group_by", "experiment.mode",
                                 "Dotted config key whose value names a run's arm.")
-_ORDER = flags.DEFINE_list("order", ["mgrpo", "frozen_sub", "single_agent", "no_alignment"],
+_ORDER = flags.DEFINE_list("order", ["mgrpo", "frozen_sub", "single_agent", "single_agent_long",
+                                     "shared_policy", "no_alignment"],
                            "Arms listed first, in this order (others follow by name).")
 
 

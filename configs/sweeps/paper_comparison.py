@@ -1,32 +1,52 @@
-"""The paper's comparison on this project's world: 4 training modes x 3 seeds = 12 runs.
+"""The paper's comparison on this project's world: 6 arms x 3 seeds = 18 runs.
 
   python launch/sweep.py --sweep=configs/sweeps/paper_comparison.py --parallel=2
-  python launch/sweep.py --sweep=configs/sweeps/paper_comparison.py --print_commands
+  python launch/compare.py --workdir=runs/paper_comparison --group_by=experiment.name
 
-Modes (mgrpo_jax/config/spec.py MODES): mgrpo (both agents trained, M-GRPO), frozen_sub
-(only the main agent M is trained), single_agent (one agent with search, visit and
-reason, no sub-agent) and no_alignment (variable sub-call counts are masked instead of
-aligned to D slots). Every run has the base config's warm-start budget and RL steps; runs
-are named <mode>-s<seed>, and the run name is also experiment.run_id.
+Arms (run names <arm>-s<seed>; the arm is also `experiment.name`, the run name
+`experiment.run_id`): the training modes of mgrpo_jax/config/spec.py MODES: mgrpo (both
+agents trained, M-GRPO), frozen_sub (only the main agent M is trained), shared_policy
+(one model plays M and S), no_alignment (variable sub-call counts are masked instead of
+aligned to D slots) and single_agent (one agent with search, visit and reason, no
+sub-agent) at two context budgets: M's (`single_agent`: every page it reads costs its
+own context, where M reads only S's short reports) and a generous one
+(`single_agent_long`, `LONG_CONTEXT` tokens), so that "division of labour" and
+"context budget" are measured apart. Every run has the base config's warm-start
+budget and RL steps.
 
-The three multi-agent modes of one seed start from the same warm start (same
-demonstrations, same fine-tuning), computed once in `<workdir>/warm_start/multi-s<seed>`;
-the single agent's, with the same budget, in `<workdir>/warm_start/single-s<seed>`.
+The arms mgrpo, frozen_sub and no_alignment of one seed start from the same warm start
+(same demonstrations, same fine-tuning), computed once in
+`<workdir>/warm_start/multi-s<seed>`; each other arm has its own, with the same budget,
+in `<workdir>/warm_start/<arm>-s<seed>` (its demonstrations differ: one model, or one
+context budget).
 """
 
-from mgrpo_jax.config.sweep import Run, Sweep, axis, grid
+from mgrpo_jax.config.sweep import Axis, Run, Sweep, axis, grid
 
-MODES = ("mgrpo", "frozen_sub", "single_agent", "no_alignment")
+LONG_CONTEXT = 1024
+ARMS = Axis((
+    ("mgrpo", {"experiment.mode": "mgrpo"}),
+    ("frozen_sub", {"experiment.mode": "frozen_sub"}),
+    ("single_agent", {"experiment.mode": "single_agent"}),
+    ("single_agent_long", {"experiment.mode": "single_agent",
+                           "main.limits.max_context": LONG_CONTEXT}),
+    ("shared_policy", {"experiment.mode": "shared_policy"}),
+    ("no_alignment", {"experiment.mode": "no_alignment"}),
+))
 SEEDS = (0, 1, 2)
+# Arms whose agents are warm-started alike (M and S, each its own model, full budgets).
+MULTI_AGENT_TEAM = ("mgrpo", "frozen_sub", "no_alignment")
 
 
-def _shared_warm_start(run: Run) -> Run:
-  team = "single" if run.overrides["experiment.mode"] == "single_agent" else "multi"
+def _arm_run(run: Run) -> Run:
+  """Names the arm (`experiment.name`) and points the run at its team's warm start."""
+  arm = run.name.rsplit("-s", 1)[0]
+  team = "multi" if arm in MULTI_AGENT_TEAM else arm
   folder = f"../warm_start/{team}-s{run.overrides['experiment.seed']}"
-  return Run(run.name, {**run.overrides, "warm_start.dir": folder})
+  return Run(run.name, {**run.overrides, "experiment.name": arm, "warm_start.dir": folder})
 
 
 def get_sweep() -> Sweep:
-  runs = grid(axis("experiment.mode", MODES), axis("experiment.seed", SEEDS, label="s{}"))
+  runs = grid(ARMS, axis("experiment.seed", SEEDS, label="s{}"))
   return Sweep(name="paper_comparison", base_config="configs/local_demo.py",
-               runs=tuple(_shared_warm_start(run) for run in runs))
+               runs=tuple(_arm_run(run) for run in runs))

@@ -186,6 +186,10 @@ SPEC: dict[str, Any] = {
         "num_questions": Field(100, "Test questions evaluated (of the configured stage).",
                                low=1),
         "samples": Field(2, "Rollouts per test question (accuracy is their mean).", low=1),
+        "every": Field(0, "After RL, also evaluate the checkpoints of every this many RL "
+                       "steps (greedy, one rollout per question): the held-out curve of "
+                       "report/accuracy.png (0: none; the run keeps those checkpoints).",
+                       low=0),
     },
     "mgrpo": {
         "queries_per_step": Field(2, "B: queries per RL step.", low=1),
@@ -233,6 +237,8 @@ SPEC: dict[str, Any] = {
         "every": Field(1, "Checkpoint every this many steps.", low=1),
         "keep": Field(3, "Checkpoints kept per agent.", low=1),
         "async_save": Field(True, "Save checkpoints asynchronously."),
+        "keep_period": Field(0, "Also keep every checkpoint whose step is a multiple of this "
+                             "(0: only the newest `keep`).", low=0),
     },
     "logging": {
         "every": Field(1, "Write metrics every this many steps.", low=1),

@@ -4,8 +4,9 @@ Inputs are files the run already wrote: each slice's `metrics.jsonl` (`read_metr
 and the held-out evaluation summaries (`training.evaluation`, dicts with accuracy,
 its 95% half-width, format rate, sub-calls and tool calls per rollout). Outputs, under
 `<local>/report/`: `rewards.png` (mean R_M and R_S per RL step), `accuracy.png` (M's
-training accuracy per step, with the held-out accuracy before and after RL as
-markers), and `summary.txt` (the table that is also printed).
+training accuracy per step, the held-out accuracy before and after RL as markers, and
+the greedy held-out accuracy at the warm start, at the evaluated RL checkpoints
+(`curve`) and after RL as a line), and `summary.txt` (the table that is also printed).
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from mgrpo_jax.metrics.writer import read_metrics
 LABEL = 32
 ROWS = (("held-out accuracy", "accuracy"), ("  95% half-width", "accuracy_ci95"),
         ("format rate", "format_rate"), ("sub-calls per rollout", "sub_calls_mean"))
+# Rows of the greedy pass (temperature 0), shown when every summary has one.
+GREEDY_ROWS = (("greedy accuracy", ("greedy", "accuracy")),
+               ("  95% half-width (greedy)", ("greedy", "accuracy_ci95")))
 # Rows shown when a summary has them (`evaluation.copy_rates`).
 COPY_ROWS = (("M first action = oracle's", "first_action_oracle_rate"),
              ("S query = its sub-task", "sub_query_copy_rate"))
@@ -46,8 +50,11 @@ def summary_table(before: Mapping[str, Any] | None, after: Mapping[str, Any] | N
   columns = [(name, s) for name, s in columns if s is not None]
   if not columns:
     return f"{title}: no evaluation"
-  keys = list(ROWS) + [(label, key) for label, key in COPY_ROWS
-                       if all(key in s for _, s in columns)]
+  keys = list(ROWS)
+  greedy = all("greedy" in s for _, s in columns)
+  if greedy:
+    keys += list(GREEDY_ROWS)
+  keys += [(label, key) for label, key in COPY_ROWS if all(key in s for _, s in columns)]
   roles = sorted({r for _, s in columns for r in s.get("turn_accuracy", {})})
   keys += [(f"{TURN_LABELS.get(r, r)} turns right (forced)", ("turn_accuracy", r, "all"))
            for r in roles]
@@ -55,6 +62,8 @@ def summary_table(before: Mapping[str, Any] | None, after: Mapping[str, Any] | N
   keys += [(f"{t} calls per rollout", ("tool_calls_mean", t)) for t in tools]
   types = sorted({t for _, s in columns for t in s.get("accuracy_by_type", {})})
   keys += [(f"accuracy: {t}", ("accuracy_by_type", t)) for t in types]
+  if greedy:
+    keys += [(f"greedy accuracy: {t}", ("greedy", "accuracy_by_type", t)) for t in types]
 
   def value(summary, key):
     if isinstance(key, tuple):
@@ -70,7 +79,7 @@ def summary_table(before: Mapping[str, Any] | None, after: Mapping[str, Any] | N
   for label, key in keys:
     values = [value(s, key) for _, s in columns]
     line = f"{label:{LABEL}s}" + "".join(f"{v:12.3f}" for v in values)
-    if len(columns) == 2 and key != "accuracy_ci95":
+    if len(columns) == 2 and "accuracy_ci95" not in (key if isinstance(key, tuple) else (key,)):
       line += f"{values[1] - values[0]:+12.3f}"
     lines.append(line)
   n = columns[-1][1].get("num_questions", 0)
@@ -79,10 +88,22 @@ def summary_table(before: Mapping[str, Any] | None, after: Mapping[str, Any] | N
   return "\n".join(lines)
 
 
+def greedy_curve(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None,
+                 curve: Sequence[tuple[int, Mapping[str, Any]]], last: int
+                 ) -> tuple[list[int], list[float], list[float]]:
+  """(steps, greedy accuracy, 95% half-width) of the summaries that have a greedy pass:
+  `before` at step 0, `curve`'s (step, summary) pairs, `after` at step `last`."""
+  points = [(0, before)] + list(curve) + [(last, after)]
+  points = [(t, s["greedy"]) for t, s in points if s is not None and "greedy" in s]
+  return ([t for t, _ in points], [float(g["accuracy"]) for _, g in points],
+          [float(g["accuracy_ci95"]) for _, g in points])
+
+
 def plot_training(main_rows: Sequence[Mapping[str, float]],
                   sub_rows: Sequence[Mapping[str, float]], folder: pathlib.Path,
                   before: Mapping[str, Any] | None = None,
-                  after: Mapping[str, Any] | None = None) -> list[pathlib.Path]:
+                  after: Mapping[str, Any] | None = None,
+                  curve: Sequence[tuple[int, Mapping[str, Any]]] = ()) -> list[pathlib.Path]:
   """Writes rewards.png and accuracy.png (module docstring); returns their paths."""
   import matplotlib
 
@@ -109,6 +130,10 @@ def plot_training(main_rows: Sequence[Mapping[str, float]],
     if summary is not None:
       ax.errorbar([x], [summary["accuracy"]], yerr=[summary["accuracy_ci95"]], fmt="s",
                   capsize=4, label=label)
+  steps, values, half_widths = greedy_curve(before, after, curve, last)
+  if steps:
+    ax.errorbar(steps, values, yerr=half_widths, marker="^", capsize=3,
+                label="held-out, greedy")
   ax.set(xlabel="RL step", ylabel="accuracy", ylim=(-0.02, 1.02), title="Main agent accuracy")
   accuracy = _save_figure(plt, fig, ax, folder / "accuracy.png")
   return [rewards, accuracy]
@@ -126,13 +151,18 @@ def _save_figure(plt: Any, fig: Any, ax: Any, path: pathlib.Path) -> pathlib.Pat
 
 def write_report(local: pathlib.Path, main_metrics: pathlib.Path, sub_metrics: pathlib.Path,
                  before: Mapping[str, Any] | None, after: Mapping[str, Any] | None, *,
-                 title: str = "") -> Report:
+                 title: str = "", curve: Sequence[tuple[int, Mapping[str, Any]]] = ()
+                 ) -> Report:
   """Plots and table of one run under `<local>/report/` (module docstring)."""
   folder = pathlib.Path(local) / "report"
   main_rows = read_metrics(main_metrics) if pathlib.Path(main_metrics).exists() else []
   sub_rows = read_metrics(sub_metrics) if pathlib.Path(sub_metrics).exists() else []
-  files = plot_training(main_rows, sub_rows, folder, before, after)
+  files = plot_training(main_rows, sub_rows, folder, before, after, curve)
   table = summary_table(before, after, title)
+  if curve:
+    table += "\ngreedy held-out accuracy during RL: " + ", ".join(
+        f"step {t} {s['greedy']['accuracy']:.3f} +- {s['greedy']['accuracy_ci95']:.3f}"
+        for t, s in curve)
   summary = folder / "summary.txt"
   summary.write_text(table + "\n")
   return Report(table, tuple(files) + (summary,))

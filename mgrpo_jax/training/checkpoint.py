@@ -9,7 +9,8 @@ optimizer steps taken) holds two items:
             the store step it belongs to, ...).
 Saves are asynchronous by default (the device-to-host copy happens before `save`
 returns, so the state may be donated to the next update right away); the newest `keep`
-checkpoints are kept. Restores read the arrays straight into the shardings of the
+checkpoints are kept, and with `keep_period` p > 0 also every checkpoint whose step is a
+multiple of p (the held-out accuracy curve evaluates those after RL). Restores read the arrays straight into the shardings of the
 current `StateLayout`, so a run may resume on a different mesh shape.
 
 For `gs://` directories tensorstore needs credentials, or, against an emulator, the
@@ -35,23 +36,28 @@ class CheckpointConfig:
     every: save when the state's step is a multiple of this.
     keep: number of newest checkpoints kept.
     async_save: write in a background thread.
+    keep_period: also keep checkpoints whose step is a multiple of this (0: none).
   """
 
   every: int = 1
   keep: int = 3
   async_save: bool = True
+  keep_period: int = 0
 
   def __post_init__(self):
     if self.every < 1:
       raise ValueError(f"checkpoint.every must be >= 1, got {self.every}")
     if self.keep < 1:
       raise ValueError(f"checkpoint.keep must be >= 1, got {self.keep}")
+    if self.keep_period < 0:
+      raise ValueError(f"checkpoint.keep_period must be >= 0, got {self.keep_period}")
 
   @classmethod
   def from_config(cls, checkpoint: Any) -> CheckpointConfig:
     """Builds it from the `checkpoint` ConfigDict section."""
     return cls(every=int(checkpoint["every"]), keep=int(checkpoint["keep"]),
-               async_save=bool(checkpoint["async_save"]))
+               async_save=bool(checkpoint["async_save"]),
+               keep_period=int(checkpoint["keep_period"]))
 
 
 def _resolve(directory: str | os.PathLike[str]) -> str:
@@ -78,7 +84,8 @@ class AgentCheckpointer:
     self._layout = layout
     self._every = config.every
     options = ocp.CheckpointManagerOptions(
-        max_to_keep=config.keep, enable_async_checkpointing=config.async_save, create=True)
+        max_to_keep=config.keep, keep_period=config.keep_period or None,
+        enable_async_checkpointing=config.async_save, create=True)
     self._manager = ocp.CheckpointManager(self.directory, options=options)
 
   def save(self, state: TrainState, *, metadata: dict[str, Any] | None = None,

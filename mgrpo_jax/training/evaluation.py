@@ -58,6 +58,8 @@ from mgrpo_jax.training.data import ensure_world, load_questions, world_renderin
 from mgrpo_jax.training.slice_common import make_registry
 
 NUM_EXAMPLES = 2
+# The keys of the greedy pass's summary kept under "greedy".
+GREEDY_KEYS = ("accuracy", "accuracy_ci95", "accuracy_by_type", "format_rate")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,11 +176,13 @@ def copy_rates(main: Sequence[MainRecord], sub: Sequence[SubRecord], questions,
 class Source:
   """Where an agent's evaluated weights are: a folder and its kind.
 
-  kind: "params" (a parameter checkpoint, e.g. the warm start's) or "state" (the latest
-  `AgentCheckpointer` train state of an RL run).
+  kind: "params" (a parameter checkpoint, e.g. the warm start's) or "state" (an
+  `AgentCheckpointer` train state of an RL run: the newest one, or with `step` the
+  newest whose step is at most `step`, so an agent that was not trained gives step 0).
   """
   directory: str
   kind: str
+  step: int | None = None
 
   def __post_init__(self):
     if self.kind not in ("params", "state"):
@@ -192,10 +196,13 @@ def _agent(config, role: str, root: pathlib.Path, source: Source) -> Agent:
   if source.kind == "params":
     params, _ = restore_params(source.directory, trainer.layout.abstract.params)
   else:
-    restored = AgentCheckpointer(source.directory, trainer.layout).restore()
-    if restored is None:
-      raise FileNotFoundError(f"evaluation: no {role} checkpoint in {source.directory!r}")
-    params = restored[0].params
+    checkpointer = AgentCheckpointer(source.directory, trainer.layout)
+    steps = [t for t in checkpointer.all_steps() if source.step is None or t <= source.step]
+    if not steps:
+      raise FileNotFoundError(f"evaluation: no {role} checkpoint in {source.directory!r}"
+                              + ("" if source.step is None else f" at step <= {source.step}"))
+    params = checkpointer.restore(steps[-1])[0].params
+    checkpointer.close()
   policy = agent_setup.sampler_policy(nnx.merge(trainer.layout.graphdef, params), tokenizer,
                                       section)
   return Agent(policy, tokenizer)
@@ -219,9 +226,13 @@ def held_out_turn_accuracy(mode: str, agents: dict[str, Agent], registry, rollou
           for role, agent in agents.items() if sequences[role]}
 
 
-def evaluate_sources(config, root: str | pathlib.Path, sources: dict[str, Source]
-                     ) -> EvalResult:
-  """Held-out evaluation of the agents whose weights `sources` names ("main", "sub")."""
+def evaluate_sources(config, root: str | pathlib.Path, sources: dict[str, Source], *,
+                     greedy_only: bool = False) -> EvalResult:
+  """Held-out evaluation of the agents whose weights `sources` names ("main", "sub").
+
+  With `greedy_only`, only the greedy pass runs (one rollout per question; its summary
+  is the result's, and also under "greedy"): the cheap points of the RL curve.
+  """
   root = pathlib.Path(root)
   mode = str(config.experiment.mode)
   world_path = ensure_world(root, config.world)
@@ -241,12 +252,15 @@ def evaluate_sources(config, root: str | pathlib.Path, sources: dict[str, Source
                           questions=questions, main_spec=main_spec, sub_spec=sub_spec,
                           key=agent_setup.derive_seed(int(config.experiment.seed), "eval"),
                           rendering=rendering)
-  result = run(main=main, sub=sub, samples=int(config.eval.samples))
   greedy_main = greedy(main)
   greedy_sub = None if sub is None else greedy_main if sub is main else greedy(sub)
-  greedy_summary = run(main=greedy_main, sub=greedy_sub, samples=1).summary
-  result.summary["greedy"] = {key: greedy_summary[key] for key in
-                              ("accuracy", "accuracy_ci95", "accuracy_by_type", "format_rate")}
+  greedy_result = run(main=greedy_main, sub=greedy_sub, samples=1)
+  greedy_summary = {key: greedy_result.summary[key] for key in GREEDY_KEYS}
+  if greedy_only:
+    greedy_result.summary["greedy"] = greedy_summary
+    return greedy_result
+  result = run(main=main, sub=sub, samples=int(config.eval.samples))
+  result.summary["greedy"] = greedy_summary
   agents = {"main": main} if sub is None else {"main": main, "sub": sub}
   result.summary["turn_accuracy"] = held_out_turn_accuracy(
       mode, agents, registry, rollout_config, questions, main_spec=main_spec,

@@ -11,8 +11,11 @@
               from it (`<role>.model.init_checkpoint`, unless already set).
   eval before (`eval.enabled`) the warm-started agents on the held-out test world
               -> `<local>/eval/warm_start.json`.
-  rl          stage 2, M-GRPO: the two slices as processes (`run.run_both`).
-  eval after  the RL run's latest checkpoints -> `<local>/eval/final.json`.
+  rl          stage 2, M-GRPO: the two slices as processes (`run.run_both`); with
+              `eval.every` = e > 0 they keep the checkpoints of every e-th step.
+  eval after  the RL run's latest checkpoints -> `<local>/eval/final.json`; with e > 0
+              also, greedy only, the checkpoints of steps e, 2e, ... before the last ->
+              `<local>/eval/step_<t>.json` (the held-out curve).
   report      PNG plots of the training curves and the before/after table, printed and
               written to `<local>/report/` (`mgrpo_jax.metrics.report`).
 
@@ -175,14 +178,14 @@ def with_init_checkpoints(config, dirs: dict[str, str]):
   return config
 
 
-def run_evaluation(config, paths: RunPaths, label: str, sources: dict[str, evaluation.Source]
-                   ) -> dict[str, Any]:
+def run_evaluation(config, paths: RunPaths, label: str, sources: dict[str, evaluation.Source],
+                   *, greedy_only: bool = False) -> dict[str, Any]:
   """Evaluates once per label; `<local>/eval/<label>.json` holds the summary."""
   out = paths.local / "eval" / f"{label}.json"
   if out.exists():
     return json.loads(out.read_text())
   started = time.perf_counter()
-  result = evaluation.evaluate_sources(config, paths.local, sources)
+  result = evaluation.evaluate_sources(config, paths.local, sources, greedy_only=greedy_only)
   summary = dict(result.summary, label=label, seconds=time.perf_counter() - started)
   atomic_write(out, json.dumps(summary, indent=1).encode())
   log(f"eval {label}: accuracy {summary['accuracy']:.3f} +- {summary['accuracy_ci95']:.3f} "
@@ -202,14 +205,24 @@ def run_all(config, workdir: str, run_rl) -> None:
              for role in trained_roles(mode) if config[role].model.init_checkpoint}
   if config.eval.enabled and len(initial) == len(trained_roles(mode)):
     before = run_evaluation(config, paths, "warm_start", initial)
+  every = int(config.eval.every) if config.eval.enabled else 0
+  if every:
+    config = copy.deepcopy(config)
+    config.checkpoint.keep_period = every
   run_rl(config, workdir)
+  curve = []
   if config.eval.enabled:
     final = {role: evaluation.Source(paths.checkpoints(role), "state")
              for role in trained_roles(mode)}
     after = run_evaluation(config, paths, "final", final)
+    for step in range(every, int(config.experiment.num_steps), every or 1):
+      sources = {role: evaluation.Source(paths.checkpoints(role), "state", step)
+                 for role in trained_roles(mode)}
+      curve.append((step, run_evaluation(config, paths, f"step_{step}", sources,
+                                         greedy_only=True)))
   written = report.write_report(paths.local, paths.logs("main") / "metrics.jsonl",
                                 paths.logs("sub") / "metrics.jsonl", before, after,
-                                title=f"{config.experiment.name} ({mode})")
+                                title=f"{config.experiment.name} ({mode})", curve=curve)
   for line in written.table.splitlines():
     log(line)
   log(f"report: {', '.join(str(p) for p in written.files)}")

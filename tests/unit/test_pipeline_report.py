@@ -14,7 +14,7 @@ from mgrpo_jax.agents import specs
 from mgrpo_jax.agents.records import MainRecord, SubRecord, ToolCall, Trajectory
 from mgrpo_jax.config import base_config
 from mgrpo_jax.metrics import MetricsWriter
-from mgrpo_jax.metrics.report import summary_table, write_report
+from mgrpo_jax.metrics.report import greedy_curve, summary_table, write_report
 from mgrpo_jax.models import get_config, init_model
 from mgrpo_jax.tasks.questions import Question
 from mgrpo_jax.training import (
@@ -127,6 +127,15 @@ def test_report_writes_pngs_and_a_table_with_the_change(tmp_path):
   rows = {line[:32].strip(): line[32:].split() for line in table.splitlines()}
   assert rows["M first action = oracle's"] == ["0.250", "0.250", "+0.000"]
   assert rows["S query = its sub-task"] == ["0.500", "0.500", "+0.000"]
+  assert "greedy accuracy" not in rows  # summaries without a greedy pass
+  table = summary_table(dict(before, greedy={"accuracy": 0.5, "accuracy_ci95": 0.2,
+                                             "accuracy_by_type": {"lookup": 0.5}}),
+                        dict(after, greedy={"accuracy": 1.0, "accuracy_ci95": 0.0,
+                                            "accuracy_by_type": {"lookup": 1.0}}), "t")
+  rows = {line[:32].strip(): line[32:].split() for line in table.splitlines()}
+  assert rows["greedy accuracy"] == ["0.500", "1.000", "+0.500"]
+  assert rows["95% half-width (greedy)"] == ["0.200", "0.000"]
+  assert rows["greedy accuracy: lookup"] == ["0.500", "1.000", "+0.500"]
   turns = {"turn_accuracy": {"main": {"all": 0.25}, "sub": {"all": 0.5, "report": 0.1}}}
   trained = {"turn_accuracy": {"main": {"all": 0.5}, "sub": {"all": 0.75, "report": 0.2}}}
   table = summary_table(dict(before, **turns), dict(after, **trained), "t")
@@ -137,6 +146,16 @@ def test_report_writes_pngs_and_a_table_with_the_change(tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   assert report.files[2].read_text().strip() == report.table
   assert summary_table(None, None, "x") == "x: no evaluation"
+
+
+def test_the_greedy_curve_runs_from_the_warm_start_through_the_checkpoints_to_the_end():
+  def greedy(accuracy):
+    return {"accuracy": 0.5, "greedy": {"accuracy": accuracy, "accuracy_ci95": accuracy / 10}}
+  steps, values, half = greedy_curve(greedy(0.5), greedy(0.9), [(10, greedy(0.6)),
+                                                                 (20, greedy(0.8))], 30)
+  assert (steps, values) == ([0, 10, 20, 30], [0.5, 0.6, 0.8, 0.9])
+  assert half == pytest.approx([0.05, 0.06, 0.08, 0.09])
+  assert greedy_curve({"accuracy": 0.5}, None, (), 30) == ([], [], [])  # no greedy pass
 
 
 def test_parameter_checkpoints_restore_bitwise_and_name_a_missing_folder(tmp_path):
@@ -166,4 +185,4 @@ def test_init_checkpoints_follow_the_mode_and_keep_explicit_ones():
   assert out.sub.model.init_checkpoint == "ws/main"
   with pytest.raises(ValueError, match="kind"):
     Source("d", "weights")
-  assert dataclasses.astuple(Source("d", "params")) == ("d", "params")
+  assert dataclasses.astuple(Source("d", "params")) == ("d", "params", None)

@@ -33,7 +33,6 @@ pytestmark = pytest.mark.filterwarnings(  # config_flags loads config files with
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 LOCAL_DEMO = str(ROOT / "configs" / "local_demo.py")
-MODES = ("mgrpo", "frozen_sub", "single_agent", "no_alignment")
 
 
 def parse_like_launcher(argv: list[str]):
@@ -60,17 +59,22 @@ def write_sweep(folder: pathlib.Path, body: str, name: str = "my_sweep.py") -> s
   return str(path)
 
 
-def test_paper_comparison_is_modes_by_seeds_with_run_ids():
+def test_paper_comparison_is_arms_by_seeds_with_run_ids():
   sweep = load_sweep("configs/sweeps/paper_comparison.py", root=ROOT)
   assert sweep.name == "paper_comparison"
   assert sweep.base_config == "configs/local_demo.py"
-  expected = [(mode, seed) for mode in MODES for seed in (0, 1, 2)]
-  assert [run.name for run in sweep.runs] == [f"{m}-s{s}" for m, s in expected]
-  for run, (mode, seed) in zip(sweep.runs, expected, strict=True):
-    team = "single" if mode == "single_agent" else "multi"  # one warm start per team, seed
-    assert dict(run.overrides) == {"experiment.mode": mode, "experiment.seed": seed,
-                                   "experiment.run_id": run.name,
-                                   "warm_start.dir": f"../warm_start/{team}-s{seed}"}
+  arms = ("mgrpo", "frozen_sub", "single_agent", "single_agent_long", "shared_policy",
+          "no_alignment")
+  expected = [(arm, seed) for arm in arms for seed in (0, 1, 2)]
+  assert [run.name for run in sweep.runs] == [f"{a}-s{s}" for a, s in expected]
+  modes = {arm: arm for arm in arms} | {"single_agent_long": "single_agent"}
+  for run, (arm, seed) in zip(sweep.runs, expected, strict=True):
+    team = "multi" if arm in ("mgrpo", "frozen_sub", "no_alignment") else arm
+    budget = {"main.limits.max_context": 1024} if arm == "single_agent_long" else {}
+    assert dict(run.overrides) == {"experiment.mode": modes[arm], "experiment.seed": seed,
+                                   "experiment.name": arm, "experiment.run_id": run.name,
+                                   "warm_start.dir": f"../warm_start/{team}-s{seed}",
+                                   **budget}
 
 
 def test_learning_rate_sweep_is_main_by_sub_by_seed():

@@ -121,3 +121,17 @@ def test_keep_and_every(tmp_path, trained):
     assert metadata == {"step": 6}
     with pytest.raises(FileNotFoundError, match="no checkpoint for step 4"):
       checkpointer.restore(4)
+
+
+def test_keep_period_also_keeps_every_multiple(tmp_path, trained):
+  """The held-out curve's checkpoints (`eval.every`) survive the newest-`keep` rule."""
+  layout, _, host = trained
+  config = CheckpointConfig(every=1, keep=2, async_save=False, keep_period=3)
+  with AgentCheckpointer(tmp_path / "main", layout, config) as checkpointer:
+    for step in range(0, 9):
+      checkpointer.save(jax.device_put(host.replace(step=np.int32(step)), layout.shardings),
+                        metadata={"step": step})
+    checkpointer.wait_until_finished()
+    assert checkpointer.all_steps() == [0, 3, 6, 7, 8]
+  with pytest.raises(ValueError, match="checkpoint.keep_period"):
+    CheckpointConfig(keep_period=-1)
