@@ -27,7 +27,7 @@ from mgrpo_jax.config import apply_overrides, base_config
 SYMBOLIC = {
     "experiment.name": "local_demo",
     "experiment.run_id": "local_demo",
-    "experiment.num_steps": 30,
+    "experiment.num_steps": 40,
     "world.render": "symbolic",
     "world.size": "tiny",
     "world.stage": "stage1",
@@ -37,6 +37,7 @@ SYMBOLIC = {
     "mgrpo.rollouts_per_query": 8,
     "mgrpo.aligned_sub_calls": 3,
     "mgrpo.max_sub_calls": 4,
+    "mgrpo.staleness": 1,
     "warm_start.enabled": True,
     "warm_start.num_questions": 2000,
     "warm_start.num_worlds": 200,
