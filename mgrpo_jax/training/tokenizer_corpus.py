@@ -5,7 +5,7 @@ they *write* (tool-call JSON, thinking phrases, sub-tasks, reports) and the tool
 output (search hits, "(page 203)"), a small vocabulary is spent on the syllables of
 entity names and the protocol falls apart into characters: `{"name": "visit"` becomes
 `{ " n ame ": " v is it "`, and a demonstration is 20% longer than it needs to be
-(docs/RESULTS.md, "A tokenizer that knows the protocol"). So the corpus also holds the
+(docs/RESULTS.md, "The natural-language world"). So the corpus also holds the
 transcripts of `TRANSCRIPT_QUESTIONS` training questions played by the noisy scripted
 agents, the same ones the warm start demonstrates, rendered turn by turn as the agents'
 protocol text.
