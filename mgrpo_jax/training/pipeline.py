@@ -193,6 +193,12 @@ def run_evaluation(config, paths: RunPaths, label: str, sources: dict[str, evalu
   return summary
 
 
+def curve_steps(every: int, num_steps: int) -> range:
+  """RL steps whose checkpoints the held-out curve evaluates: e, 2e, ... before the
+  last step (evaluated anyway); none for e = 0."""
+  return range(every, num_steps, every) if every else range(0)
+
+
 def run_all(config, workdir: str, run_rl) -> None:
   """warm start -> eval before -> RL (`run_rl(config, workdir)`) -> eval after -> report."""
   absl_logging.set_verbosity(absl_logging.WARNING)  # library INFO lines drown the stages
@@ -215,7 +221,7 @@ def run_all(config, workdir: str, run_rl) -> None:
     final = {role: evaluation.Source(paths.checkpoints(role), "state")
              for role in trained_roles(mode)}
     after = run_evaluation(config, paths, "final", final)
-    for step in range(every, int(config.experiment.num_steps), every or 1):
+    for step in curve_steps(every, int(config.experiment.num_steps)):
       sources = {role: evaluation.Source(paths.checkpoints(role), "state", step)
                  for role in trained_roles(mode)}
       curve.append((step, run_evaluation(config, paths, f"step_{step}", sources,

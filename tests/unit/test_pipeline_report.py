@@ -26,7 +26,7 @@ from mgrpo_jax.training import (
 )
 from mgrpo_jax.training.checkpoint import restore_params, save_params
 from mgrpo_jax.training.evaluation import Source, summarize
-from mgrpo_jax.training.pipeline import trained_roles, with_init_checkpoints
+from mgrpo_jax.training.pipeline import curve_steps, trained_roles, with_init_checkpoints
 
 
 def _trajectory(final, format_ok=True, tools=()):
@@ -146,6 +146,13 @@ def test_report_writes_pngs_and_a_table_with_the_change(tmp_path):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   assert report.files[2].read_text().strip() == report.table
   assert summary_table(None, None, "x") == "x: no evaluation"
+
+
+def test_curve_steps_stop_before_the_last_step_and_are_none_without_eval_every():
+  assert list(curve_steps(10, 40)) == [10, 20, 30]
+  assert list(curve_steps(15, 60)) == [15, 30, 45]
+  assert list(curve_steps(0, 40)) == []
+  assert list(curve_steps(50, 40)) == []
 
 
 def test_the_greedy_curve_runs_from_the_warm_start_through_the_checkpoints_to_the_end():
