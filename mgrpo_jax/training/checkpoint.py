@@ -10,8 +10,9 @@ optimizer steps taken) holds two items:
 Saves are asynchronous by default (the device-to-host copy happens before `save`
 returns, so the state may be donated to the next update right away); the newest `keep`
 checkpoints are kept, and with `keep_period` p > 0 also every checkpoint whose step is a
-multiple of p (the held-out accuracy curve evaluates those after RL). Restores read the arrays straight into the shardings of the
-current `StateLayout`, so a run may resume on a different mesh shape.
+multiple of p (the held-out accuracy curve evaluates those after RL). Restores read the
+arrays straight into the shardings of the current `StateLayout`, so a run may resume on
+a different mesh shape.
 
 For `gs://` directories tensorstore needs credentials, or, against an emulator, the
 variables of `mgrpo_jax.store.emulator.emulator_env`.

@@ -196,13 +196,14 @@ def _agent(config, role: str, root: pathlib.Path, source: Source) -> Agent:
   if source.kind == "params":
     params, _ = restore_params(source.directory, trainer.layout.abstract.params)
   else:
-    checkpointer = AgentCheckpointer(source.directory, trainer.layout)
-    steps = [t for t in checkpointer.all_steps() if source.step is None or t <= source.step]
-    if not steps:
-      raise FileNotFoundError(f"evaluation: no {role} checkpoint in {source.directory!r}"
-                              + ("" if source.step is None else f" at step <= {source.step}"))
-    params = checkpointer.restore(steps[-1])[0].params
-    checkpointer.close()
+    with AgentCheckpointer(source.directory, trainer.layout) as checkpointer:
+      steps = [t for t in checkpointer.all_steps()
+               if source.step is None or t <= source.step]
+      if not steps:
+        raise FileNotFoundError(
+            f"evaluation: no {role} checkpoint in {source.directory!r}"
+            + ("" if source.step is None else f" at step <= {source.step}"))
+      params = checkpointer.restore(steps[-1])[0].params
   policy = agent_setup.sampler_policy(nnx.merge(trainer.layout.graphdef, params), tokenizer,
                                       section)
   return Agent(policy, tokenizer)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import math
 import pathlib
 import time
 from typing import Any
@@ -212,9 +213,9 @@ def run_all(config, workdir: str, run_rl) -> None:
   if config.eval.enabled and len(initial) == len(trained_roles(mode)):
     before = run_evaluation(config, paths, "warm_start", initial)
   every = int(config.eval.every) if config.eval.enabled else 0
-  if every:
+  if every:  # keep the curve's checkpoints, and those of a keep_period already set
     config = copy.deepcopy(config)
-    config.checkpoint.keep_period = every
+    config.checkpoint.keep_period = math.gcd(int(config.checkpoint.keep_period), every)
   run_rl(config, workdir)
   curve = []
   if config.eval.enabled:
