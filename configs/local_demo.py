@@ -44,7 +44,7 @@ SYMBOLIC = {
     "warm_start.num_questions": 2000,
     "warm_start.num_worlds": 200,
     "warm_start.copy_steps": 200,
-    "warm_start.epochs": 4,
+    "warm_start.epochs": 6,
     "warm_start.batch_rows": 16,
     "warm_start.main_noise_rate": 0.7,
     "warm_start.sub_noise_rate": 0.7,
@@ -55,11 +55,11 @@ SYMBOLIC = {
     "serving.deadline_s": 60.0,
     "logging.tensorboard": True,
 }
-for _agent, _turns, _context in (("main", 5, 320), ("sub", 3, 256)):
+for _agent, _turns, _context in (("main", 5, 160), ("sub", 3, 128)):
   SYMBOLIC.update({
       f"{_agent}.model.preset": "tiny",
       f"{_agent}.model.smeared_keys": True,
-      f"{_agent}.sampling.max_new_tokens": 48,
+      f"{_agent}.sampling.max_new_tokens": 24,
       f"{_agent}.limits.max_turns": _turns,
       f"{_agent}.limits.max_context": _context,
       f"{_agent}.optim.learning_rate": 1e-3,

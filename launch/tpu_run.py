@@ -4,7 +4,12 @@ r"""Runs M-GRPO training: the main agent's slice, the sub-agent's slice, or both
   python launch/tpu_run.py --slice=main --config=configs/default.py:paper --workdir=gs://b/run1
   python launch/tpu_run.py --slice=sub  --config=configs/default.py:paper --workdir=gs://b/run1
 
---slice=all starts both slices on this machine, as two processes sharing the local store.
+--slice=all starts both slices on this machine, as two processes sharing the local store
+(first each agent's warm start, in parallel, when warm_start.enabled). One agent's warm
+start alone, e.g. on its own slice before the RL run:
+
+  python launch/tpu_run.py --slice=main --stage=warm_start --config=configs/local_demo.py
+
 The launcher first re-executes itself once with glibc's huge-page malloc tunable
 (mgrpo_jax/utils/host_memory.py), and every process of a run keeps its compiled programs
 in <workdir>/jax_cache (experiment.compilation_cache_dir; mgrpo_jax/training/
@@ -71,6 +76,12 @@ _SLICE = flags.DEFINE_enum(
     "Which agent's slice to run: 'main' (the planner M: rollouts, rewards, M's update), "
     "'sub' (the sub-agent S: serves S's turns, waits for M's outcomes, S's update), or "
     "'all' (both, as two local processes).")
+_STAGE = flags.DEFINE_enum(
+    "stage", "rl", ["rl", "warm_start"],
+    "With --slice=main or --slice=sub: 'rl' (M-GRPO, stage 2) or 'warm_start' (stage 1 of "
+    "that agent alone: the noisy oracles' demonstrations, copy curriculum and SFT, saved "
+    "under the run's warm_start folder). --slice=all runs every stage, starting each "
+    "agent's warm start and RL as --slice=main|sub processes.")
 _CONFIG = config_flags.DEFINE_config_file(
     "config", "configs/default.py",
     "Config file defining get_config(arg); 'path.py:arg' passes arg (a preset). Override "
@@ -135,6 +146,9 @@ def _distributed_config():
                                     process_id=_PROCESS_ID.value)
   except ValueError as e:
     _fail(f"--coordinator_address/--num_processes/--process_id: {e}")
+  if _STAGE.value != "rl" and _SLICE.value == "all":
+    _fail(f"--stage={_STAGE.value} needs --slice=main or --slice=sub: --slice=all runs every "
+          "stage")
   if distributed.mode != "single" and _SLICE.value == "all":
     _fail("--coordinator_address needs --slice=main or --slice=sub: each agent's slice is "
           "its own multi-host job")
@@ -190,7 +204,7 @@ def main(argv: list[str]) -> None:
   if _DRY_RUN.value:
     _dry_run(config)
     return
-  mgrpo_jax.training.run_slice(_SLICE.value, config, workdir)
+  mgrpo_jax.training.run_slice(_SLICE.value, config, workdir, _STAGE.value)
 
 
 if __name__ == "__main__":

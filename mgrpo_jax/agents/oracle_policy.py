@@ -23,13 +23,19 @@ from mgrpo_jax.text import Tokenizer
 _THOUGHTS = {"delegate": "I will give the next look-up to the sub-agent.",
              "answer": "I have what I need to answer.",
              "report": "I have the facts for the report."}
+_CALL_THOUGHT = "I will call {name}."
+
+
+def oracle_thoughts(tool_names: Sequence[str]) -> tuple[str, ...]:
+  """Every thinking phrase the scripted agents write, calling tools among `tool_names`."""
+  return (*_THOUGHTS.values(), *(_CALL_THOUGHT.format(name=name) for name in tool_names))
 
 
 def render_oracle_action(action: Action) -> str:
   """Protocol text of an oracle action (delegations carry no context)."""
   if action.kind == "tool":
     return protocol.render_tool_call(action.name, action.args,
-                                     f"I will call {action.name}.")
+                                     _CALL_THOUGHT.format(name=action.name))
   if action.kind == "delegate":
     return protocol.render_tool_call(specs.DELEGATE, {"subtask": action.text},
                                      _THOUGHTS["delegate"])

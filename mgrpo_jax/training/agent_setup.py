@@ -39,7 +39,7 @@ from mgrpo_jax.training.files import file_lock
 from mgrpo_jax.training.mesh import MeshConfig, create_mesh
 from mgrpo_jax.training.optimizer import OptimizerConfig, make_optimizer
 from mgrpo_jax.training.slice_common import make_registry
-from mgrpo_jax.training.tokenizer_corpus import tokenizer_corpus
+from mgrpo_jax.training.tokenizer_corpus import protocol_symbols, tokenizer_corpus
 from mgrpo_jax.training.train_state import StateLayout, TrainState, create_train_state
 from mgrpo_jax.training.update import UpdateConfig
 
@@ -69,7 +69,8 @@ def world_tokenizer(root: str | pathlib.Path, config) -> SentencePieceTokenizer:
   with file_lock(folder.parent / ".tokenizer.lock"):
     if (folder / "tokenizer.model").exists():
       return SentencePieceTokenizer.load(folder)
-    symbols = DEFAULT_USER_DEFINED_SYMBOLS + world_rendering(config).symbols
+    symbols = (DEFAULT_USER_DEFINED_SYMBOLS + protocol_symbols(str(config.prompts.system))
+               + world_rendering(config).symbols)
     tokenizer = SentencePieceTokenizer.train(tokenizer_corpus(config), folder / "tmp",
                                              int(config.world.tokenizer_vocab_size),
                                              user_defined_symbols=symbols)

@@ -2,16 +2,17 @@
 
   warm_start  (`warm_start.enabled`) the paper's stage 1: the noisy oracles demonstrate
               `warm_start.num_questions` questions about `warm_start.num_worlds`
-              training worlds (`demonstration_worlds`); each trained agent first
-              learns to copy (`warm_start.copy_steps` and `window_copy_steps` of
-              `copy_curriculum`), then is
-              fine-tuned on its own demonstrations (`warm_start.sft`) and saved as a
-              parameter checkpoint in `<local>/warm_start/<role>` (or `warm_start.dir`,
-              shared by runs with the same warm start); the RL slices start
-              from it (`<role>.model.init_checkpoint`, unless already set).
+              training worlds (`demonstration_worlds`); each trained agent, in its own
+              process (`warm_start_agent`, the agents concurrently), first learns to
+              copy (`warm_start.copy_steps` and `window_copy_steps` of
+              `copy_curriculum`), then is fine-tuned on its own demonstrations
+              (`warm_start.sft`) and saved as a parameter checkpoint in
+              `<local>/warm_start/<role>` (or `warm_start.dir`, shared by runs with the
+              same warm start); the RL slices start from it
+              (`<role>.model.init_checkpoint`, unless already set).
   eval before (`eval.enabled`) the warm-started agents on the held-out test world
               -> `<local>/eval/warm_start.json`.
-  rl          stage 2, M-GRPO: the two slices as processes (`run.run_both`); with
+  rl          stage 2, M-GRPO: the two slices as processes (`run.run_children`); with
               `eval.every` = e > 0 they keep the checkpoints of every e-th step.
   eval after  the RL run's latest checkpoints -> `<local>/eval/final.json`; with e > 0
               also, greedy only, the checkpoints of steps e, 2e, ... before the last ->
@@ -50,8 +51,12 @@ from mgrpo_jax.training.optimizer import OptimizerConfig, make_optimizer
 from mgrpo_jax.training.slice_common import RunPaths, log
 from mgrpo_jax.training.train_state import create_train_state
 
-SFT_BUCKETS = (128, 192, 256, 320, 384, 448, 512, 576, 640, 768, 1024, 1536, 2048, 4096)
+# Batch lengths T of the SFT (a batch takes the smallest >= its longest row): steps of 32
+# and 64 tokens up to 640, so short demonstrations (the symbolic world's: 60-120 tokens)
+# pay for little padding.
+SFT_BUCKETS = (64, 96, 128, 192, 256, 320, 384, 448, 512, 576, 640, 768, 1024, 1536, 2048, 4096)
 _DONE = "warm_start.json"
+SFT_WARMUP_STEPS = 10  # linear warm-up of the warm start's learning rate
 # Tokens per copy-curriculum sequence (`copy_curriculum.copy_sequences`).
 COPY_LENGTH = 128
 # Sequences the logged NLL before and after each SFT phase is measured on (a diagnostic).
@@ -68,32 +73,67 @@ def warm_start_folder(config, paths: RunPaths) -> pathlib.Path:
   return (paths.local / (str(config.warm_start.dir) or "warm_start")).resolve()
 
 
-def run_warm_start(config, paths: RunPaths) -> dict[str, str]:
+def run_warm_start(config, paths: RunPaths, spawn) -> dict[str, str]:
   """Stage 1 (module docstring); returns {role: parameter checkpoint folder}.
 
-  A folder shared by several runs (`warm_start.dir`) is built once, under a file lock.
+  What every agent's process reads (the world, the demonstration worlds' indexes) is
+  built here first; then each trained agent's warm start runs as its own process
+  (`spawn(config, workdir, roles, "warm_start")`, `warm_start_agent`), concurrently. A
+  folder shared by several runs (`warm_start.dir`) is built once, under a file lock.
   """
+  mode = str(config.experiment.mode)
   folder = warm_start_folder(config, paths)
   folder.mkdir(parents=True, exist_ok=True)
-  with file_lock(folder / ".lock"):
-    return _warm_start_once(config, paths, folder)
-
-
-def _warm_start_once(config, paths: RunPaths, folder: pathlib.Path) -> dict[str, str]:
-  mode = str(config.experiment.mode)
   dirs = {role: str(folder / role) for role in trained_roles(mode)}
-  done = folder / _DONE
-  if done.exists():
-    log(f"warm start: reusing {folder}")
-    return dirs
+  with file_lock(folder / ".lock"):
+    done = folder / _DONE
+    if done.exists():
+      log(f"warm start: reusing {folder}")
+      return dirs
+    started = time.perf_counter()
+    world_path = ensure_world(paths.local, config.world)
+    worlds = demonstration_worlds.demonstration_worlds(config, world_path, folder)
+    summary: dict[str, Any] = {"num_questions": sum(len(w.questions) for w in worlds),
+                               "num_worlds": len(worlds)}
+    spawn(config, str(paths.workdir), tuple(dirs), "warm_start")
+    for role in dirs:
+      summary[role] = json.loads(_agent_summary(folder, role).read_text())
+    summary["seconds"] = time.perf_counter() - started
+    atomic_write(done, json.dumps(summary, indent=1).encode())
+  return dirs
+
+
+def _agent_summary(folder: pathlib.Path, role: str) -> pathlib.Path:
+  return folder / f"{role}.json"
+
+
+def warm_start_agent(config, workdir: str, role: str) -> None:
+  """One agent's stage 1 (`--slice=<role> --stage=warm_start`): collects the noisy
+  oracles' demonstrations, then the copy curriculum and SFT of `role`'s model; writes
+  its parameter checkpoint `<folder>/<role>` and `<folder>/<role>.json` (skipped when
+  that exists).
+
+  Args:
+    config: the run's config.
+    workdir: the run's folder.
+    role: "main" (M, or the single agent) or "sub"; must be trained in
+      `experiment.mode` (`trained_roles`).
+  """
+  paths = RunPaths.from_config(config, workdir)
+  mode = str(config.experiment.mode)
+  if role not in trained_roles(mode):
+    raise ValueError(f"experiment.mode={mode!r} trains {trained_roles(mode)}, not {role!r}")
+  folder = warm_start_folder(config, paths)
+  if _agent_summary(folder, role).exists():
+    log(f"warm start {role}: reusing {folder / role}")
+    return
   ws = config.warm_start
   seed = int(config.experiment.seed)
-  started = time.perf_counter()
   world_path = ensure_world(paths.local, config.world)
   worlds = demonstration_worlds.demonstration_worlds(config, world_path, folder)
   main_spec, sub_spec = agent_setup.agent_specs(config)
-  models = {role: agent_setup.build_model(config[role], role, paths.local, config)
-            for role in dirs}
+  models = {r: agent_setup.build_model(config[r], r, paths.local, config)
+            for r in trained_roles(mode)}
   # S's demonstrations go to S's model in its own ids (to M's in shared_policy).
   sub_tokenizer = models["sub"][1] if "sub" in models else None
   rendering = world_rendering(config)
@@ -104,41 +144,37 @@ def _warm_start_once(config, paths: RunPaths, folder: pathlib.Path) -> dict[str,
       sub_oracle=rendering.sub_oracle(float(ws.sub_noise_rate), seed),
       mode=warm_start.demonstration_mode(mode),
       main_spec=main_spec, sub_spec=sub_spec, key=agent_setup.derive_seed(seed, "demos"))
-  sequences: dict[str, list] = {"main": [], "sub": []}
+  sequences = []
   for world in worlds:
     demos = demonstrate(registry=world.registry, tasks=world.questions)
-    sequences["main"] += demos.main + (demos.sub if mode == "shared_policy" else [])
-    sequences["sub"] += demos.sub
-  summary: dict[str, Any] = {"num_questions": sum(len(w.questions) for w in worlds),
-                             "num_worlds": len(worlds)}
-  for role, directory in dirs.items():
-    model, role_tokenizer = models[role]
-    optim = OptimizerConfig(learning_rate=float(ws.learning_rate), weight_decay=0.0,
-                            warmup_steps=10, eps=1e-8)
-    mesh = create_mesh(MeshConfig.from_config(config[role].mesh))
-    state, layout = create_train_state(model, make_optimizer(optim), mesh,
-                                       seed=agent_setup.derive_seed(seed, "warm_start", role))
-    sft_config = warm_start.SFTConfig(epochs=int(ws.epochs), batch_rows=int(ws.batch_rows),
-                                      buckets=SFT_BUCKETS, length_groups=8,
-                                      nll_every_epoch=False, nll_sequences=NLL_SEQUENCES,
-                                      seed=agent_setup.derive_seed(seed, "sft", role))
-    pad_id = role_tokenizer.pad_id or 0
-    role_started = time.perf_counter()
-    summary[role] = {"demonstrations": len(sequences[role])}
-    if int(ws.copy_steps) or int(ws.window_copy_steps):
-      state, summary[role]["copy_curriculum"] = _learn_to_copy(
-          role, state, layout, sequences[role], int(ws.copy_steps),
-          int(ws.window_copy_steps), sft_config, pad_id)
-    _, metrics = warm_start.sft(state, layout, sequences[role], sft_config,
-                                checkpoint_dir=directory, pad_id=pad_id)
-    summary[role].update(steps=metrics["steps"], nll=metrics["nll"],
-                         seconds=time.perf_counter() - role_started)
-    log(f"warm start {role}: {len(sequences[role])} demonstrations, {metrics['steps']} steps, "
-        f"NLL {metrics['nll'][0]:.2f} -> {metrics['nll'][-1]:.3f} "
-        f"({summary[role]['seconds']:.0f} s)")
-  summary["seconds"] = time.perf_counter() - started
-  atomic_write(done, json.dumps(summary, indent=1).encode())
-  return dirs
+    if role == "sub":
+      sequences += demos.sub
+    else:
+      sequences += demos.main + (demos.sub if mode == "shared_policy" else [])
+  model, role_tokenizer = models[role]
+  optim = OptimizerConfig(learning_rate=float(ws.learning_rate), weight_decay=0.0,
+                          warmup_steps=SFT_WARMUP_STEPS, eps=1e-8)
+  mesh = create_mesh(MeshConfig.from_config(config[role].mesh))
+  state, layout = create_train_state(model, make_optimizer(optim), mesh,
+                                     seed=agent_setup.derive_seed(seed, "warm_start", role))
+  sft_config = warm_start.SFTConfig(epochs=int(ws.epochs), batch_rows=int(ws.batch_rows),
+                                    buckets=SFT_BUCKETS, length_groups=8,
+                                    nll_every_epoch=False, nll_sequences=NLL_SEQUENCES,
+                                    seed=agent_setup.derive_seed(seed, "sft", role))
+  pad_id = role_tokenizer.pad_id or 0
+  started = time.perf_counter()
+  summary: dict[str, Any] = {"demonstrations": len(sequences)}
+  if int(ws.copy_steps) or int(ws.window_copy_steps):
+    state, summary["copy_curriculum"] = _learn_to_copy(
+        role, state, layout, sequences, int(ws.copy_steps), int(ws.window_copy_steps),
+        sft_config, pad_id)
+  _, metrics = warm_start.sft(state, layout, sequences, sft_config,
+                              checkpoint_dir=str(folder / role), pad_id=pad_id)
+  summary.update(steps=metrics["steps"], nll=metrics["nll"],
+                 seconds=time.perf_counter() - started)
+  log(f"warm start {role}: {len(sequences)} demonstrations, {metrics['steps']} steps, "
+      f"NLL {metrics['nll'][0]:.2f} -> {metrics['nll'][-1]:.3f} ({summary['seconds']:.0f} s)")
+  atomic_write(_agent_summary(folder, role), json.dumps(summary, indent=1).encode())
 
 
 def _learn_to_copy(role: str, state, layout, demonstrations, steps: int, window_steps: int,
@@ -200,14 +236,21 @@ def curve_steps(every: int, num_steps: int) -> range:
   return range(every, num_steps, every) if every else range(0)
 
 
-def run_all(config, workdir: str, run_rl) -> None:
-  """warm start -> eval before -> RL (`run_rl(config, workdir)`) -> eval after -> report."""
+def run_all(config, workdir: str, spawn) -> None:
+  """warm start -> eval before -> RL -> eval after -> report.
+
+  Args:
+    config: the run's config.
+    workdir: the run's folder.
+    spawn: `spawn(config, workdir, slices, stage)` runs `stage` ("warm_start", "rl") of
+      each of `slices` ("main", "sub") as concurrent processes (`run.run_children`).
+  """
   absl_logging.set_verbosity(absl_logging.WARNING)  # library INFO lines drown the stages
   paths = RunPaths.from_config(config, workdir)
   mode = str(config.experiment.mode)
   before = after = None
   if config.warm_start.enabled:
-    config = with_init_checkpoints(config, run_warm_start(config, paths))
+    config = with_init_checkpoints(config, run_warm_start(config, paths, spawn))
   initial = {role: evaluation.Source(str(config[role].model.init_checkpoint), "params")
              for role in trained_roles(mode) if config[role].model.init_checkpoint}
   if config.eval.enabled and len(initial) == len(trained_roles(mode)):
@@ -216,7 +259,7 @@ def run_all(config, workdir: str, run_rl) -> None:
   if every:  # keep the curve's checkpoints, and those of a keep_period already set
     config = copy.deepcopy(config)
     config.checkpoint.keep_period = math.gcd(int(config.checkpoint.keep_period), every)
-  run_rl(config, workdir)
+  spawn(config, workdir, ("sub", "main"), "rl")
   curve = []
   if config.eval.enabled:
     final = {role: evaluation.Source(paths.checkpoints(role), "state")

@@ -1,17 +1,19 @@
-"""`run_slice(slice_name, config, workdir)`: what `launch/tpu_run.py` calls.
+"""`run_slice(slice_name, config, workdir, stage)`: what `launch/tpu_run.py` calls.
 
-  main  the main slice (`main_trainer.run_main_slice`)
-  sub   the sub slice (`sub_trainer.run_sub_slice`)
+  main  the main slice: RL (`main_trainer.run_main_slice`), or with stage "warm_start"
+        M's warm start alone (`pipeline.warm_start_agent`)
+  sub   the sub slice: RL (`sub_trainer.run_sub_slice`), or S's warm start alone
   all   the stages of `pipeline.run_all`: warm start and held-out evaluation when
-        configured, around the RL stage `run_both`: both slices as two child processes
-        of this one, each `launch/tpu_run.py
-        --slice=main|sub` with the same config (the validated config is written to
-        `<local>/launch/config.py` and the gin bindings to `<local>/launch/bindings.gin`,
-        so overrides and user components reach the children exactly), the same workdir
-        and, unless `store.uri` is set, the local store under it. The RPC between them is
-        real loopback TCP. Their output is relayed line by line with a `[main]` /
-        `[sub]` prefix; each child's pid is written to `<local>/launch/<slice>.pid`. If
-        either fails, the other is terminated and `run_slice` exits non-zero.
+        configured, around the RL stage. The agents' warm starts and the RL stage run
+        as child processes of this one (`run_children`): each `launch/tpu_run.py
+        --slice=main|sub --stage=...` with the same config (the validated config is
+        written to `<local>/launch/config.py` and the gin bindings to
+        `<local>/launch/bindings.gin`, so overrides and user components reach the children
+        exactly), the same workdir and, unless `store.uri` is set, the local store under
+        it. In the RL stage the RPC between them is real loopback TCP. Their output is
+        relayed line by line with a `[main]` / `[sub]` prefix; each child's pid is written
+        to `<local>/launch/<slice>.pid`. If one fails, the others are terminated and
+        `run_slice` exits non-zero.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from mgrpo_jax.training.files import atomic_write
 from mgrpo_jax.training.slice_common import RunPaths
 
 SLICES = ("main", "sub", "all")
+STAGES = ("rl", "warm_start")
 _LAUNCHER = pathlib.Path(__file__).resolve().parents[2] / "launch" / "tpu_run.py"
 _CONFIG_FILE = '''"""The config of this run, written by run_slice('all') for its two slices."""
 
@@ -45,9 +48,17 @@ def get_config(arg=None):
 '''
 
 
-def run_slice(slice_name: str, config, workdir: str) -> None:
-  """Runs one slice, or both as two processes (module docstring)."""
-  if slice_name == "main":
+def run_slice(slice_name: str, config, workdir: str, stage: str = "rl") -> None:
+  """Runs one slice's stage, or the whole run (module docstring)."""
+  if stage not in STAGES:
+    raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
+  if stage == "warm_start":
+    if slice_name not in ("main", "sub"):
+      raise ValueError(f"stage 'warm_start' runs one agent: slice 'main' or 'sub', got "
+                       f"{slice_name!r} (slice 'all' runs every stage)")
+    from mgrpo_jax.training.pipeline import warm_start_agent
+    warm_start_agent(config, workdir, slice_name)
+  elif slice_name == "main":
     from mgrpo_jax.training.main_trainer import run_main_slice
     run_main_slice(config, workdir)
   elif slice_name == "sub":
@@ -55,7 +66,7 @@ def run_slice(slice_name: str, config, workdir: str) -> None:
     run_sub_slice(config, workdir)
   elif slice_name == "all":
     from mgrpo_jax.training.pipeline import run_all
-    run_all(config, workdir, run_both)
+    run_all(config, workdir, run_children)
   else:
     raise ValueError(f"slice must be one of {SLICES}, got {slice_name!r}")
 
@@ -79,20 +90,20 @@ def _relay(prefix: str, stream, out) -> None:
   stream.close()
 
 
-def run_both(config, workdir: str) -> None:
-  """The RL stage: both slices as child processes (module docstring)."""
+def run_children(config, workdir: str, slices: tuple[str, ...], stage: str) -> None:
+  """`stage` of each of `slices` as concurrent child processes (module docstring)."""
   paths = RunPaths.from_config(config, workdir)
   config_path, gin_path = write_launch_files(config, paths)
-  # A SIGTERM to this process stops both slices (the `finally` below).
-  signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+  # A SIGTERM to this process stops the children (the `finally` below).
+  previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
   children: dict[str, subprocess.Popen] = {}
   relays = []
   failed = None
   try:  # from the first spawn on: a SIGTERM at any point stops what has been started
-    for name in ("sub", "main"):
-      command = [sys.executable, str(_LAUNCHER), f"--slice={name}", f"--config={config_path}",
-                 f"--workdir={paths.workdir}", f"--gin_file={gin_path}",
-                 "--verbosity=-1"]
+    for name in slices:
+      command = [sys.executable, str(_LAUNCHER), f"--slice={name}", f"--stage={stage}",
+                 f"--config={config_path}", f"--workdir={paths.workdir}",
+                 f"--gin_file={gin_path}", "--verbosity=-1"]
       child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                env=dict(os.environ, PYTHONUNBUFFERED="1"))
       children[name] = child
@@ -110,9 +121,10 @@ def run_both(config, workdir: str) -> None:
       _terminate(child)
     for relay in relays:
       relay.join(timeout=5)
+    signal.signal(signal.SIGTERM, previous)
   if failed is not None:
-    raise SystemExit(f"run_slice('all'): the {failed} slice exited with status "
-                     f"{children[failed].returncode}; the other slice was stopped")
+    raise SystemExit(f"run_slice('all'): the {failed} slice's {stage} stage exited with "
+                     f"status {children[failed].returncode}; the other processes were stopped")
 
 
 def _terminate(child: subprocess.Popen, grace_s: float = 10.0) -> None:

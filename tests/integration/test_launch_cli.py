@@ -17,7 +17,7 @@ def run(*args, cwd=ROOT):
 def test_help_documents_every_flag():
   proc = run("--help")
   assert proc.returncode == 0
-  for flag in ("--slice", "--config", "--workdir", "--gin_file", "--gin_bindings",
+  for flag in ("--slice", "--stage", "--config", "--workdir", "--gin_file", "--gin_bindings",
                "--[no]print_config", "--[no]dry_run", "--dry_run_hbm_gib",
                "--coordinator_address", "--num_processes", "--process_id"):
     assert flag in proc.stdout, flag
@@ -43,6 +43,8 @@ def test_help_documents_every_flag():
     (["--slice=main", "--coordinator_address=h:1", "--num_processes=2", "--process_id=2"],
      "process_id must be in [0, num_processes=2), got 2"),
     (["--coordinator_address=auto"], "--coordinator_address needs --slice=main or"),
+    (["--stage=warm_start"], "--stage=warm_start needs --slice=main or --slice=sub"),
+    (["--slice=main", "--stage=sft"], "flag --stage=sft: value should be one of <rl|warm_start>"),
 ])
 def test_bad_input_exits_2_with_one_line_naming_it(args, message):
   proc = run(*args, "--print_config")

@@ -18,7 +18,7 @@ from mgrpo_jax.tasks.symbolic.judge import SymbolicExpertJudge
 from mgrpo_jax.tasks.symbolic.world import generate_world, render_pages
 from mgrpo_jax.tasks.world import Fact
 from mgrpo_jax.text import DEFAULT_USER_DEFINED_SYMBOLS, SentencePieceTokenizer
-from mgrpo_jax.training.tokenizer_corpus import episode_text
+from mgrpo_jax.training.tokenizer_corpus import episode_text, protocol_symbols
 
 SYMBOLIC = get_rendering("symbolic")
 
@@ -39,15 +39,16 @@ def test_env(worlds):
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory, worlds, test_env):
   """A world tokenizer as `agent_setup.world_tokenizer` trains it (pages, questions,
-  transcripts; the rendering's symbols as user-defined symbols)."""
+  transcripts; the protocol's and the rendering's symbols as user-defined symbols)."""
   train = worlds[0]
   _, registry, qs = test_env
   main, sub = SYMBOLIC.main_oracle(0.7, 0), SYMBOLIC.sub_oracle(0.7, 0)
   corpus = [p.text for p in render_pages(train)] + [q.text for q in qs]
   corpus += [episode_text(run_episode(q.text, main, sub, registry)) for q in qs[:100]]
   return SentencePieceTokenizer.train(
-      corpus, tmp_path_factory.mktemp("tok"), 1150,
-      user_defined_symbols=DEFAULT_USER_DEFINED_SYMBOLS + SYMBOLIC.symbols)
+      corpus, tmp_path_factory.mktemp("tok"), 980,
+      user_defined_symbols=DEFAULT_USER_DEFINED_SYMBOLS + protocol_symbols("short")
+      + SYMBOLIC.symbols)
 
 
 def test_worlds_share_the_name_pool_and_differ_in_their_graphs(worlds):
