@@ -183,12 +183,15 @@ def _learn_to_copy(role: str, state, layout, demonstrations, steps: int, window_
   demonstrations' token ids, then `window_steps` of copies inside their own windows."""
   started = time.perf_counter()
   rows = sft_config.batch_rows
+  # Windows as long as the longest demonstration, at most COPY_LENGTH (the symbolic
+  # world's are about 70-120 tokens).
+  window = min(COPY_LENGTH, max(len(d.ids) for d in demonstrations))
   phases = {
       "random": (steps, lambda: copy_curriculum.copy_sequences(
           steps * rows, copy_curriculum.demonstration_token_ids(demonstrations),
           length=COPY_LENGTH, seed=sft_config.seed)),
       "windows": (window_steps, lambda: copy_curriculum.window_sequences(
-          window_steps * rows, demonstrations, length=COPY_LENGTH, seed=sft_config.seed)),
+          window_steps * rows, demonstrations, length=window, seed=sft_config.seed)),
   }
   config = warm_start.SFTConfig(epochs=1, batch_rows=rows, buckets=(COPY_LENGTH,),
                                 seed=sft_config.seed, nll_every_epoch=False,
