@@ -1,6 +1,6 @@
 """One agent's trajectory under construction: token bookkeeping, limits, format state.
 
-An `AgentEpisode` owns a `text.chat.Conversation` (ChatML ids, roles, loss mask), the
+An `AgentEpisode` owns a `text.chat.Conversation` (chat ids, roles, loss mask), the
 log-probabilities of its sampled ids, a `FormatValidator`, the oracle-style history of
 (action, observation) steps and the tool-call log. The controller drives it:
 
@@ -27,13 +27,7 @@ from mgrpo_jax.agents.config import AgentLimits
 from mgrpo_jax.agents.policy import TurnOutput, TurnRequest
 from mgrpo_jax.agents.validator import FormatValidator, State
 from mgrpo_jax.tasks.oracle import Step
-from mgrpo_jax.text import (
-  GENERATION_PROMPT_TEXT,
-  IM_END,
-  Conversation,
-  Tokenizer,
-  message_text,
-)
+from mgrpo_jax.text import Conversation, Tokenizer
 
 OBSERVATION_ROLE = "user"
 
@@ -52,15 +46,14 @@ class AgentEpisode:
     self._answer_now = answer_now
     self._start = time.perf_counter()
     self._wall_s = 0.0
-    # One turn costs the generation prompt, the sampled ids and the closing ids.
-    self._turn_overhead = (len(tokenizer.encode(GENERATION_PROMPT_TEXT))
-                           + len(tokenizer.encode(IM_END + "\n")))
     self.conversation = Conversation(tokenizer)
     self.messages: list[tuple[str, str]] = []
     for role, text in (("system", spec.system_prompt()),
                        ("user", spec.first_user_message(task, context))):
       self.conversation.append_message(role, text)
       self.messages.append((role, text))
+    # One turn costs the generation prompt, the sampled ids and the closing ids.
+    self._turn_overhead = self.conversation.turn_overhead()
     self.validator = FormatValidator(spec, max_argument_chars=max_argument_chars)
     self.history: list[Step] = []
     self.tool_calls: list[records.ToolCall] = []
@@ -141,10 +134,9 @@ class AgentEpisode:
                                               sort_keys=True), bool(ok), float(latency_s)))
     step_action = oracle_policy.to_oracle_action(action, self.spec.role)
     content = protocol.render_observation(text)
-    if self._fits(len(self._tokenizer.encode(message_text(OBSERVATION_ROLE, content)))):
+    if self._fits(len(self.conversation.message_ids(OBSERVATION_ROLE, content))):
       self.validator.observation()
-    elif self._fits(len(self._tokenizer.encode(message_text(OBSERVATION_ROLE,
-                                                            self._answer_now)))):
+    elif self._fits(len(self.conversation.message_ids(OBSERVATION_ROLE, self._answer_now))):
       content = text = self._answer_now  # the agent sees the notice, not the output
       self.validator.notice()
     else:

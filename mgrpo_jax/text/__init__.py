@@ -1,4 +1,4 @@
-"""Tokenizers (SentencePiece, GGUF byte-level BPE) and ChatML rendering with token masks."""
+"""Tokenizers (SentencePiece, GGUF byte-level BPE) and chat rendering with token masks."""
 
 from mgrpo_jax.text.chat import (
     GENERATION_PROMPT_TEXT,
@@ -11,6 +11,12 @@ from mgrpo_jax.text.chat import (
     render_chat,
     render_text,
 )
+from mgrpo_jax.text.chat_template import (
+    CHATML_TEMPLATE,
+    ChatTemplateError,
+    TemplateFormat,
+    chat_format,
+)
 from mgrpo_jax.text.gguf_bpe import GGUFTokenizer
 from mgrpo_jax.text.sentencepiece_tokenizer import (
     DEFAULT_USER_DEFINED_SYMBOLS,
@@ -19,6 +25,10 @@ from mgrpo_jax.text.sentencepiece_tokenizer import (
 from mgrpo_jax.text.tokenizer import Tokenizer, TokenizerFileError, UnknownTokenError
 
 __all__ = [
+    "CHATML_TEMPLATE",
+    "ChatTemplateError",
+    "TemplateFormat",
+    "chat_format",
     "DEFAULT_USER_DEFINED_SYMBOLS",
     "GENERATION_PROMPT_TEXT",
     "IM_END",

@@ -1,9 +1,13 @@
-"""ChatML rendering to token ids with per-token roles and a sampled (loss) mask.
+"""Chat rendering to token ids with per-token roles and a sampled (loss) mask.
 
-A message renders as `<|im_start|>{role}\\n{content}<|im_end|>\\n`; the generation prompt
-is `<|im_start|>assistant\\n`. SmolLM2's chat template also inserts a default system
-message before the first message when that message is not a system message; pass
-`default_system_prompt=SMOLLM2_DEFAULT_SYSTEM_PROMPT` to reproduce it.
+The text of each message, of the generation prompt and of a turn's closing comes from
+the tokenizer's chat format (`chat_template.chat_format`): ChatML by default, where a
+message renders as `<|im_start|>{role}\\n{content}<|im_end|>\\n` and the generation
+prompt is `<|im_start|>assistant\\n`, or the model's own Jinja template when the
+tokenizer carries one (`tokenizer.chat_template`). SmolLM2's chat template also inserts a
+default system message before the first message when that message is not a system
+message; pass `default_system_prompt=SMOLLM2_DEFAULT_SYSTEM_PROMPT` to reproduce it
+with ChatML.
 
 Token-in, token-out: each message is tokenized on its own (it starts and ends at a
 special token, so this equals tokenizing the whole rendered string), and ids produced
@@ -22,10 +26,19 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from mgrpo_jax.text.chat_template import (
+  CHATML,
+  GENERATION_PROMPT_TEXT,
+  IM_END,
+  IM_START,
+  chat_format,
+  chatml_message_text,
+)
 from mgrpo_jax.text.tokenizer import Tokenizer
 
-IM_START = "<|im_start|>"
-IM_END = "<|im_end|>"
+__all__ = ["GENERATION_PROMPT_TEXT", "IM_END", "IM_START", "SMOLLM2_DEFAULT_SYSTEM_PROMPT",
+           "Conversation", "Role", "message_text", "render_chat", "render_text"]
+
 SMOLLM2_DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful AI assistant named SmolLM, trained by Hugging Face")
 
@@ -51,10 +64,7 @@ class Role(enum.IntEnum):
 
 def message_text(role: str | Role, content: str) -> str:
   """The ChatML text of one message."""
-  return f"{IM_START}{Role.parse(role).name.lower()}\n{content}{IM_END}\n"
-
-
-GENERATION_PROMPT_TEXT = f"{IM_START}assistant\n"
+  return chatml_message_text(Role.parse(role).name.lower(), content)
 
 
 def _checked_messages(messages: Sequence[Mapping[str, str]]) -> list[tuple[Role, str]]:
@@ -86,26 +96,28 @@ def render_text(messages: Sequence[Mapping[str, str]], *, add_generation_prompt:
 
 
 class Conversation:
-  """An incrementally built ChatML token sequence for one multi-turn episode.
+  """An incrementally built chat token sequence for one multi-turn episode.
 
   Usage by a controller:
     conv = Conversation(tokenizer)
     conv.append_message("user", question)
     conv.add_generation_prompt()          # opens an assistant turn
     conv.append_sampled(sampled_ids)      # the sampler's ids, kept verbatim, loss 1
-    conv.end_turn()                       # closes the turn (adds `<|im_end|>`/newline)
+    conv.end_turn()                       # closes the turn (ChatML: `<|im_end|>`/newline)
     conv.append_message("tool", observation)
   """
 
   def __init__(self, tokenizer: Tokenizer, *, default_system_prompt: str | None = None):
     self._tokenizer = tokenizer
+    self._format = chat_format(tokenizer)
+    if self._format is CHATML:
+      tokenizer.token_to_id(IM_END)  # ChatML needs its specials: UnknownTokenError names it
     self._default_system_prompt = default_system_prompt
     self._ids: list[int] = []
     self._roles: list[int] = []
     self._sampled: list[bool] = []
-    self._messages = 0
-    self._turn_open = False
-    self._im_end_id = tokenizer.token_to_id(IM_END)
+    self._history: list[dict[str, str]] = []
+    self._turn_start: int | None = None
 
   def _append(self, ids: Sequence[int], role: Role, sampled: bool) -> None:
     self._ids.extend(ids)
@@ -113,26 +125,46 @@ class Conversation:
     self._sampled.extend([sampled] * len(ids))
 
   def _require_closed_turn(self, action: str) -> None:
-    if self._turn_open:
+    if self._turn_start is not None:
       raise ValueError(f"cannot {action} while an assistant turn is open; call end_turn() first")
+
+  def _pending_messages(self, role: Role, content: str) -> list[tuple[Role, str]]:
+    if not isinstance(content, str):
+      raise ValueError(f"message content must be a str, got {type(content).__name__}")
+    messages = [(role, content)]
+    if not self._history and self._default_system_prompt is not None and role != Role.SYSTEM:
+      messages.insert(0, (Role.SYSTEM, self._default_system_prompt))
+    return messages
+
+  def message_ids(self, role: str | Role, content: str) -> list[int]:
+    """The ids `append_message(role, content)` would append now (nothing is appended)."""
+    history, ids = list(self._history), []
+    for r, text in self._pending_messages(Role.parse(role), content):
+      ids += self._tokenizer.encode(self._format.message_text(history, r.name.lower(), text))
+      history.append({"role": r.name.lower(), "content": text})
+    return ids
 
   def append_message(self, role: str | Role, content: str) -> None:
     """Renders one message and appends its ids (not sampled: loss 0)."""
     self._require_closed_turn("append a message")
-    role = Role.parse(role)
-    if not isinstance(content, str):
-      raise ValueError(f"message content must be a str, got {type(content).__name__}")
-    if self._messages == 0 and self._default_system_prompt is not None and role != Role.SYSTEM:
-      self._append(self._tokenizer.encode(message_text(Role.SYSTEM, self._default_system_prompt)),
-                   Role.SYSTEM, sampled=False)
-    self._append(self._tokenizer.encode(message_text(role, content)), role, sampled=False)
-    self._messages += 1
+    for r, text in self._pending_messages(Role.parse(role), content):
+      name = r.name.lower()
+      self._append(self._tokenizer.encode(self._format.message_text(self._history, name, text)),
+                   r, sampled=False)
+      self._history.append({"role": name, "content": text})
+
+  def turn_overhead(self) -> int:
+    """Ids one more assistant turn adds besides its sampled ids (prompt and closing)."""
+    return (len(self._tokenizer.encode(self._format.generation_prompt(self._history)))
+            + len(self._tokenizer.encode(self._format.turn_closing(self._history))))
 
   def add_generation_prompt(self) -> None:
-    """Appends `<|im_start|>assistant\\n` and opens an assistant turn for sampled ids."""
+    """Appends the generation prompt (ChatML: `<|im_start|>assistant\\n`) and opens an
+    assistant turn for sampled ids."""
     self._require_closed_turn("add a generation prompt")
-    self._append(self._tokenizer.encode(GENERATION_PROMPT_TEXT), Role.ASSISTANT, sampled=False)
-    self._turn_open = True
+    self._append(self._tokenizer.encode(self._format.generation_prompt(self._history)),
+                 Role.ASSISTANT, sampled=False)
+    self._turn_start = len(self._ids)
 
   def append_sampled(self, ids: Sequence[int] | np.ndarray) -> None:
     """Appends ids produced by the sampler exactly as given, marked sampled (loss 1).
@@ -140,7 +172,7 @@ class Conversation:
     Args:
       ids: int token ids `[n]` of the open assistant turn, in `[0, vocab_size)`.
     """
-    if not self._turn_open:
+    if self._turn_start is None:
       raise ValueError("append_sampled needs an open assistant turn; "
                        "call add_generation_prompt() first")
     array = np.asarray(ids)
@@ -159,21 +191,24 @@ class Conversation:
   def end_turn(self) -> None:
     """Closes the open assistant turn as the chat format requires (not sampled).
 
-    Appends `\\n` when the last sampled id is `<|im_end|>` (the model ended its turn),
-    else `<|im_end|>\\n` (sampling stopped on a stop string or on the length limit).
+    When the sampled ids end with the closing's first token (ChatML: the model sampled
+    `<|im_end|>`), only the rest of the closing is appended (ChatML: `\\n`); otherwise
+    (sampling stopped on a stop string or on the length limit) the whole closing.
     """
-    if not self._turn_open:
+    if self._turn_start is None:
       raise ValueError("end_turn needs an open assistant turn")
-    ended = self._sampled and self._sampled[-1] and self._ids[-1] == self._im_end_id
-    closing = "\n" if ended else f"{IM_END}\n"
-    self._append(self._tokenizer.encode(closing), Role.ASSISTANT, sampled=False)
-    self._turn_open = False
-    self._messages += 1
+    closing = self._tokenizer.encode(self._format.turn_closing(self._history))
+    content = self._ids[self._turn_start:]
+    if closing and content and self._sampled[-1] and content[-1] == closing[0]:
+      closing, content = closing[1:], content[:-1]
+    self._append(closing, Role.ASSISTANT, sampled=False)
+    self._history.append({"role": "assistant", "content": self._tokenizer.decode(content)})
+    self._turn_start = None
 
   @property
   def turn_open(self) -> bool:
     """Whether an assistant turn is open (after the generation prompt, before end_turn)."""
-    return self._turn_open
+    return self._turn_start is not None
 
   @property
   def ids(self) -> np.ndarray:

@@ -156,8 +156,9 @@ class GGUFTokenizer(SpecialIdsMixin):
   """The `Tokenizer` protocol over a byte-level BPE read from a GGUF file."""
 
   def __init__(self, backend: tokenizers.Tokenizer, *, bos_id: int | None,
-               eos_id: int | None, pad_id: int | None):
+               eos_id: int | None, pad_id: int | None, chat_template: str | None = None):
     self._backend = backend
+    self.chat_template = chat_template
     self._vocab_size = backend.get_vocab_size(with_added_tokens=True)
     for value in (bos_id, eos_id, pad_id):
       if value is not None:
@@ -177,14 +178,16 @@ class GGUFTokenizer(SpecialIdsMixin):
   @classmethod
   def from_vocab(cls, vocab: GGUFVocab) -> GGUFTokenizer:
     return cls(build_byte_level_bpe(vocab), bos_id=vocab.bos_id, eos_id=vocab.eos_id,
-               pad_id=vocab.pad_id)
+               pad_id=vocab.pad_id, chat_template=vocab.chat_template)
 
   def save(self, directory: str | os.PathLike) -> pathlib.Path:
-    """Writes `tokenizer.json` and `special_ids.json` into `directory`; returns it."""
+    """Writes `tokenizer.json` and `special_ids.json` (with the chat template) into
+    `directory`; returns it."""
     directory = pathlib.Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     self._backend.save(str(directory / TOKENIZER_JSON))
-    special = {"bos_id": self._bos_id, "eos_id": self._eos_id, "pad_id": self._pad_id}
+    special = {"bos_id": self._bos_id, "eos_id": self._eos_id, "pad_id": self._pad_id,
+               "chat_template": self.chat_template}
     (directory / SPECIAL_IDS_JSON).write_text(json.dumps(special, indent=1) + "\n")
     return directory
 
@@ -203,10 +206,18 @@ class GGUFTokenizer(SpecialIdsMixin):
     try:
       special = json.loads(special_json.read_text())
       ids = {key: special[key] for key in ("bos_id", "eos_id", "pad_id")}
-    except (ValueError, KeyError, TypeError) as e:
+      template = special.get("chat_template")
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
       raise TokenizerFileError(
           f"{special_json} must be a JSON object with bos_id, eos_id and pad_id: {e}") from e
-    return cls(backend, **ids)
+    if template is not None and not isinstance(template, str):
+      raise TokenizerFileError(f"{special_json}: chat_template must be a string or null")
+    return cls(backend, **ids, chat_template=template)
+
+  @property
+  def backend(self) -> tokenizers.Tokenizer:
+    """The HF `tokenizers` object (what `tokenizer.json` holds)."""
+    return self._backend
 
   def encode(self, text: str) -> list[int]:
     return self._backend.encode(text, add_special_tokens=False).ids

@@ -67,8 +67,14 @@ def check_id_range(token_id: int, vocab_size: int) -> int:
 
 class SpecialIdsMixin:
   """`vocab_size`, `bos_id`, `eos_id` and `pad_id` read from the attributes a tokenizer sets
-  in its constructor (`_vocab_size`, `_bos_id`, `_eos_id`, `_pad_id`)."""
+  in its constructor (`_vocab_size`, `_bos_id`, `_eos_id`, `_pad_id`).
 
+  `chat_template` is the Jinja chat template chats are rendered with
+  (`chat_template.chat_format`); None: ChatML. A GGUF or Hugging Face tokenizer starts
+  with the model's own; the agent's config may replace it (`<agent>.chat_template`).
+  """
+
+  chat_template: str | None = None
   _vocab_size: int
   _bos_id: int | None
   _eos_id: int | None

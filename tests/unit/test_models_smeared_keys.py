@@ -1,4 +1,4 @@
-"""Smeared keys (`ModelConfig.smeared_keys`): the math, scan, export, the off switch.
+"""Smeared keys (`ModelConfig.smeared_keys`): the math, scan, HF layout, the off switch.
 
 The KV cache and padding tests run on a smeared model too: test_models_transformer.py.
 """
@@ -13,7 +13,13 @@ from flax import nnx
 
 from mgrpo_jax.models import get_config, init_model
 from mgrpo_jax.models.layers import apply_rope, rope_angles, rope_inverse_frequencies, smear_keys
-from mgrpo_jax.models.weights.hf_layout import WeightFileError, hf_tensors_from_model
+from mgrpo_jax.models.weights.hf_layout import (
+    WeightFileError,
+    config_from_hf_dict,
+    hf_config_dict,
+    hf_tensors_from_model,
+    model_from_hf_tensors,
+)
 
 forward = nnx.jit(lambda model, ids: model(ids))
 
@@ -64,9 +70,23 @@ def test_parameter_exists_only_when_enabled(smeared):
   assert smeared.layers[0].attn.key_smear.shape == (plain.config.num_kv_heads,)
 
 
-def test_hugging_face_export_refuses_rather_than_dropping_the_smear_weights(smeared):
-  with pytest.raises(WeightFileError, match="smeared keys"):
-    hf_tensors_from_model(smeared)
+def test_hugging_face_layout_keeps_the_smear_weights(smeared):
+  """The HF tensors hold each layer's smear logits and load back into the same logits
+  (config.json round trip: model type `mgrpo_llama` means smeared keys)."""
+  tensors = hf_tensors_from_model(smeared)
+  np.testing.assert_array_equal(tensors["model.layers.1.self_attn.key_smear"],
+                                np.float32([-1.5, 0.0, 0.7, 2.0]))
+  hf = hf_config_dict(smeared.config)
+  assert hf["model_type"] == "mgrpo_llama"
+  assert hf["auto_map"]["AutoModelForCausalLM"] == "modeling_mgrpo.MgrpoLlamaForCausalLM"
+  config = config_from_hf_dict(hf, "config.json")
+  assert config.smeared_keys
+  loaded = model_from_hf_tensors(config, tensors, "memory")
+  ids = _random_ids(5, (2, 9))
+  np.testing.assert_allclose(forward(loaded, ids), forward(smeared, ids), atol=1e-6, rtol=0)
+  del tensors["model.layers.0.self_attn.key_smear"]
+  with pytest.raises(WeightFileError, match="key_smear"):
+    model_from_hf_tensors(config, tensors, "memory")
 
 
 def test_weight_one_is_the_plain_model():

@@ -41,6 +41,9 @@ _BLOCK_TENSORS = {
     "mlp.up_proj.weight": (("mlp", "up_proj", "kernel"), True),
     "mlp.down_proj.weight": (("mlp", "down_proj", "kernel"), True),
 }
+# The key-smear logits [K] of a smeared-key model (`ModelConfig.smeared_keys`); only the
+# `mgrpo_llama` model type (its modeling file ships with an export) has them.
+SMEAR_SUFFIX = "self_attn.key_smear"
 _LAYER_NAME = re.compile(r"model\.layers\.(\d+)\.(.+)")
 
 
@@ -57,6 +60,8 @@ def hf_parameter_map(config: ModelConfig) -> dict[str, tuple[tuple[str | int, ..
       if suffix.endswith(".bias") and not config.qkv_bias:
         continue
       names[f"model.layers.{i}.{suffix}"] = (("layers", i, *path), transposed)
+    if config.smeared_keys:
+      names[f"model.layers.{i}.{SMEAR_SUFFIX}"] = (("layers", i, "attn", "key_smear"), False)
   return names
 
 
@@ -116,10 +121,6 @@ def model_from_hf_tensors(config: ModelConfig, tensors: Mapping[str, np.ndarray]
 def hf_tensors_from_model(model: Transformer) -> dict[str, np.ndarray]:
   """The inverse of `model_from_hf_tensors`: HF name -> float32 numpy array."""
   config = model.config
-  if config.smeared_keys:
-    raise WeightFileError("a model with smeared keys has no Hugging Face layout (its key-smear "
-                          "weights would be lost); save its parameters with orbax "
-                          "(training.checkpoint.save_params)")
   flat = {_state_path(p): np.asarray(x, np.float32) for p, x in
           jax.tree_util.tree_flatten_with_path(nnx.state(model))[0]}
   out = {}
@@ -132,7 +133,11 @@ def hf_tensors_from_model(model: Transformer) -> dict[str, np.ndarray]:
   return out
 
 
-_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
+SMEARED_MODEL_TYPE = "mgrpo_llama"
+_ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                  SMEARED_MODEL_TYPE: "MgrpoLlamaForCausalLM"}
+# The modeling file of `mgrpo_llama` (a Llama with smeared keys) in an exported folder.
+SMEARED_MODELING_MODULE = "modeling_mgrpo"
 
 
 def config_from_hf_dict(hf: Mapping[str, Any], source: str, **overrides: Any) -> ModelConfig:
@@ -164,7 +169,8 @@ def config_from_hf_dict(hf: Mapping[str, Any], source: str, **overrides: Any) ->
         rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
         qkv_bias=bool(hf.get("attention_bias", model_type == "qwen2")),
-        max_seq_len=int(hf.get("max_position_embeddings", 2048)), rope_scaling=scaling)
+        max_seq_len=int(hf.get("max_position_embeddings", 2048)), rope_scaling=scaling,
+        smeared_keys=model_type == SMEARED_MODEL_TYPE)
   except KeyError as e:
     raise WeightFileError(f"{source}: config field {e.args[0]!r} is missing") from e
   act = hf.get("hidden_act", "silu")
@@ -175,9 +181,17 @@ def config_from_hf_dict(hf: Mapping[str, Any], source: str, **overrides: Any) ->
 
 
 def hf_config_dict(config: ModelConfig, model_type: str = "llama") -> dict[str, Any]:
-  """The `config.json` content describing `config` (inverse of `config_from_hf_dict`)."""
+  """The `config.json` content describing `config` (inverse of `config_from_hf_dict`).
+
+  A smeared-key model is always model type `mgrpo_llama`, whose `auto_map` names the
+  modeling file an export ships (`trust_remote_code=True` loads it).
+  """
   if model_type not in _ARCHITECTURES:
     raise ValueError(f"model_type must be one of {sorted(_ARCHITECTURES)}, got {model_type!r}")
+  if config.smeared_keys:
+    model_type = SMEARED_MODEL_TYPE
+  elif model_type == SMEARED_MODEL_TYPE:
+    raise ValueError(f"model_type {SMEARED_MODEL_TYPE!r} is for smeared-key models only")
   out: dict[str, Any] = {
       "architectures": [_ARCHITECTURES[model_type]], "model_type": model_type,
       "vocab_size": config.vocab_size, "hidden_size": config.hidden_size,
@@ -188,6 +202,10 @@ def hf_config_dict(config: ModelConfig, model_type: str = "llama") -> dict[str, 
       "attention_bias": config.qkv_bias, "max_position_embeddings": config.max_seq_len,
       "hidden_act": "silu", "torch_dtype": "float32",
   }
+  if config.smeared_keys:
+    out["auto_map"] = {
+        "AutoConfig": f"{SMEARED_MODELING_MODULE}.MgrpoLlamaConfig",
+        "AutoModelForCausalLM": f"{SMEARED_MODELING_MODULE}.MgrpoLlamaForCausalLM"}
   if config.rope_scaling is not None:
     s = config.rope_scaling
     out["rope_scaling"] = {

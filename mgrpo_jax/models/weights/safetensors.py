@@ -119,7 +119,8 @@ def load_folder_tokenizer(folder: str | pathlib.Path):
 
   A folder written by `GGUFTokenizer.save` (tokenizer.json + special_ids.json) loads
   as saved; otherwise `tokenizer.json` is wrapped with the special ids of
-  `config.json` (`generation_config.json`'s `eos_token_id` wins; the first of a list).
+  `config.json` (`generation_config.json`'s `eos_token_id` wins; the first of a list)
+  and the chat template of `tokenizer_config.json`.
   """
   import tokenizers
 
@@ -140,5 +141,11 @@ def load_folder_tokenizer(folder: str | pathlib.Path):
   generation = _read_json(generation_path) if generation_path.is_file() else {}
   first = lambda v: v[0] if isinstance(v, list) else v  # noqa: E731
   eos = first(generation.get("eos_token_id", config.get("eos_token_id")))
+  tokenizer_config_path = folder / "tokenizer_config.json"
+  template = (_read_json(tokenizer_config_path).get("chat_template")
+              if tokenizer_config_path.is_file() else None)
+  if template is not None and not isinstance(template, str):
+    raise WeightFileError(f"{tokenizer_config_path}: chat_template must be a string (named "
+                          "templates are not supported)")
   return GGUFTokenizer(backend, bos_id=first(config.get("bos_token_id")), eos_id=eos,
-                       pad_id=first(config.get("pad_token_id")))
+                       pad_id=first(config.get("pad_token_id")), chat_template=template)
