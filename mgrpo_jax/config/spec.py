@@ -52,6 +52,12 @@ def _agent_spec(role: str, preset: str) -> dict[str, Any]:
                                    "(empty: the preset's pretrained weights or a seeded init)."),
           "tokenizer": Field("", "Tokenizer: a SentencePiece model or GGUF file path (empty: the "
                              "pretrained model's own, else one trained on the world's corpus)."),
+          "chat_template": Field("auto", f"How {role}'s chats are written: auto (the "
+                                 "model's own Jinja chat template when its GGUF or Hugging "
+                                 "Face tokenizer has one, e.g. Llama 3 and Qwen2; else "
+                                 "ChatML), chatml, or a path to a template file (.jinja) or a "
+                                 "tokenizer_config.json (`text/chat_template.py`).",
+                                 allow_empty=False),
           "dtype": Field("float32", "Activation dtype.", choices=("float32", "bfloat16")),
           "scan_layers": Field(False, "Scan over layers (faster compiles for deep models)."),
           "smeared_keys": Field(False, "Keys mix in the previous token's key (Olsson et al. "

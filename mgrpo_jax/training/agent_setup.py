@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import pathlib
 from typing import Any
 
@@ -87,8 +88,41 @@ def load_tokenizer(path: str):
   return SentencePieceTokenizer.load(path)
 
 
+def chat_template(setting: str, tokenizer, key: str) -> str | None:
+  """The chat template of `<agent>.model.chat_template` (`key` names it in errors).
+
+  "auto": the tokenizer's own (None: ChatML); "chatml": None; else a path to a Jinja
+  file or to a `tokenizer_config.json` with a string `chat_template`.
+  """
+  if setting == "auto":
+    return tokenizer.chat_template
+  if setting == "chatml":
+    return None
+  path = pathlib.Path(setting)
+  if not path.is_file():
+    raise ValueError(f"{key}: {setting!r} is neither auto, chatml nor a template file")
+  text = path.read_text(encoding="utf-8")
+  if path.suffix != ".json":
+    return text
+  try:
+    template = json.loads(text).get("chat_template")
+  except (ValueError, AttributeError) as e:
+    raise ValueError(f"{key}: {path} is not a JSON object ({e})") from None
+  if not isinstance(template, str):
+    raise ValueError(f"{key}: {path} has no string 'chat_template'")
+  return template
+
+
 def build_model(agent, role: str, root: str | pathlib.Path, config):
-  """(model, tokenizer) of one agent section (`config.main` / `config.sub`)."""
+  """(model, tokenizer) of one agent section (`config.main` / `config.sub`); the
+  tokenizer's `chat_template` is the one `model.chat_template` selects."""
+  model, tokenizer = _build_model(agent, role, root, config)
+  tokenizer.chat_template = chat_template(str(agent.model.chat_template), tokenizer,
+                                          f"{role}.model.chat_template")
+  return model, tokenizer
+
+
+def _build_model(agent, role: str, root: str | pathlib.Path, config):
   model_cfg = agent.model
   preset = str(model_cfg.preset)
   dtype = jnp.bfloat16 if model_cfg.dtype == "bfloat16" else jnp.float32

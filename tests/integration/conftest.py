@@ -72,3 +72,26 @@ def smollm2_gguf():
     if os.environ.get("MGRPO_JAX_REQUIRE_WEIGHTS") == "1":
       pytest.fail(f"SmolLM2 weights required (MGRPO_JAX_REQUIRE_WEIGHTS=1): {e}")
     pytest.skip(f"SmolLM2 weights unavailable: {e}")
+
+
+@pytest.fixture(scope="session")
+def reference_python():
+  """The Python of `.venv-ref` (torch + transformers), created by
+  tools/make_reference_venv.sh when missing.
+
+  Skipped when it cannot be built (no package index), except where
+  MGRPO_JAX_REQUIRE_WEIGHTS=1 (CI sets it): there the tests fail instead.
+  """
+  import pathlib
+  import subprocess
+
+  root = pathlib.Path(__file__).resolve().parents[2]
+  python = root / ".venv-ref" / "bin" / "python"
+  proc = subprocess.run(["bash", str(root / "tools" / "make_reference_venv.sh")],
+                        capture_output=True, text=True, check=False)
+  if proc.returncode != 0 or not python.exists():
+    reason = (proc.stderr.strip().splitlines() or ["no interpreter"])[-1]
+    if os.environ.get("MGRPO_JAX_REQUIRE_WEIGHTS") == "1":
+      pytest.fail(f"reference venv required (MGRPO_JAX_REQUIRE_WEIGHTS=1): {reason}")
+    pytest.skip(f"reference venv (.venv-ref) unavailable: {reason}")
+  return python

@@ -65,9 +65,14 @@ class SmearedKeyAttention(modeling_llama.LlamaAttention):
   def __init__(self, config: LlamaConfig, layer_idx: int):
     super().__init__(config, layer_idx)
     self.key_smear = nn.Parameter(torch.zeros(config.num_key_value_heads))
+    self.rope_theta = _rope_theta(config)
+
+  def _inv_freq(self, device: torch.device) -> torch.Tensor:
+    """RoPE's inverse frequencies [H/2] (computed here: transformers leaves buffers of
+    remote modules uninitialized when it loads on the meta device)."""
     h = self.head_dim
-    inv_freq = 1.0 / (_rope_theta(config) ** (torch.arange(0, h, 2, dtype=torch.float64) / h))
-    self.register_buffer("smear_inv_freq", inv_freq.float(), persistent=False)
+    exponents = torch.arange(0, h, 2, dtype=torch.float64, device=device) / h
+    return (1.0 / self.rope_theta ** exponents).float()
 
   def forward(self, hidden_states, position_embeddings=None, attention_mask=None, cache=None,
               **kwargs):
@@ -84,7 +89,7 @@ class SmearedKeyAttention(modeling_llama.LlamaAttention):
                                               kwargs=kwargs)
     valid = _key_valid(attention_mask, key_states.shape[0], key_states.shape[2],
                        key_states.device)
-    key_states = smear_keys(key_states, valid, self.key_smear, self.smear_inv_freq)
+    key_states = smear_keys(key_states, valid, self.key_smear, self._inv_freq(key_states.device))
     attention = modeling_llama.ALL_ATTENTION_FUNCTIONS.get_interface(
         self.config._attn_implementation, modeling_llama.eager_attention_forward)
     attn_output, attn_weights = attention(
