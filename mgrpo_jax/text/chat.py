@@ -145,7 +145,11 @@ class Conversation:
     return ids
 
   def append_message(self, role: str | Role, content: str) -> None:
-    """Renders one message and appends its ids (not sampled: loss 0)."""
+    """Renders one message and appends its ids (not sampled: loss 0).
+
+    Text a chat template adds before the message (e.g. its own default system message)
+    takes the message's role.
+    """
     self._require_closed_turn("append a message")
     for r, text in self._pending_messages(Role.parse(role), content):
       name = r.name.lower()

@@ -103,10 +103,55 @@ def test_gguf_template_holds_the_default_system_prompt(vocab):
   assert "messages[0]['role'] != 'system'" in template
 
 
-def test_conversation_without_default_prompt_has_no_system(tok):
-  conv = Conversation(tok)
+def _chatml(tok) -> GGUFTokenizer:
+  """The same tokenizer without its chat template: the built-in ChatML."""
+  chatml = GGUFTokenizer(tok.backend, bos_id=tok.bos_id, eos_id=tok.eos_id, pad_id=tok.pad_id)
+  assert chatml.chat_template is None
+  return chatml
+
+
+def test_chatml_conversation_without_default_prompt_has_no_system(tok):
+  conv = Conversation(_chatml(tok))
   conv.append_message("user", "Hi")
   assert conv.ids.tolist() == tok.encode("<|im_start|>user\nHi<|im_end|>\n")
+
+
+def test_template_conversation_inserts_the_default_system_prompt(tok):
+  """SmolLM2's own template (GGUF `tokenizer.chat_template`) adds its system message."""
+  conv = Conversation(tok)
+  conv.append_message("user", "Hi")
+  assert conv.ids.tolist() == tok.encode(
+      f"<|im_start|>system\n{SMOLLM2_DEFAULT_SYSTEM_PROMPT}<|im_end|>\n"
+      "<|im_start|>user\nHi<|im_end|>\n")
+
+
+@pytest.mark.parametrize("system", [False, True])
+def test_template_rendering_equals_chatml(tok, system):
+  """The agents' conversations (system prompt, task, sampled turns, observations) rendered
+  through SmolLM2's template have exactly the ids of the built-in ChatML."""
+  messages = ([{"role": "system", "content": "You are the main agent."}] if system else [])
+  messages += [{"role": "user", "content": "Task: who founded Lumen Press?"}]
+  sampled = tok.encode('<thinking>search first</thinking>\n<tool_call>{"name": "search"}'
+                       "</tool_call><|im_end|>")
+  conversations = []
+  for tokenizer in (tok, _chatml(tok)):
+    default = None if tokenizer.chat_template or system else SMOLLM2_DEFAULT_SYSTEM_PROMPT
+    conv = render_chat(tokenizer, messages, add_generation_prompt=True,
+                       default_system_prompt=default)
+    conv.append_sampled(sampled)
+    conv.end_turn()
+    conv.append_message("user", "<tool_response>\n[1] Lumen Press\n</tool_response>")
+    conv.add_generation_prompt()
+    conv.append_sampled(tok.encode("<result>Ada</result>"))  # stopped on a stop string
+    conv.end_turn()
+    conversations.append(conv)
+  templated, chatml = conversations
+  assert templated.ids.tolist() == chatml.ids.tolist()
+  assert templated.loss_mask.tolist() == chatml.loss_mask.tolist()
+  if system:  # else the template's own system message takes the first message's role
+    assert templated.roles.tolist() == chatml.roles.tolist()
+  assert tok.decode(templated.ids.tolist()).endswith(
+      "<|im_start|>assistant\n<result>Ada</result><|im_end|>\n")
 
 
 def test_truncated_smollm2_file_is_named(gguf_path, tmp_path):
