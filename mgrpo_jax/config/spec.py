@@ -139,6 +139,17 @@ SPEC: dict[str, Any] = {
                         "(one token per name, relation, value and page id: for small models "
                         "trained from scratch; `tasks/symbolic`).",
                         choices=("natural", "symbolic")),
+        "source": Field("generated", "Where the questions come from: the generated world's "
+                        "(generated), or a user's file (jsonl, csv, gaia: GAIA's "
+                        "metadata.jsonl) at world.source_path; the tools still search the "
+                        "generated world (docs/OWN_DATA.md).",
+                        choices=("generated", "jsonl", "csv", "gaia")),
+        "source_path": Field("", "The questions file of world.source (training questions)."),
+        "test_source_path": Field("", "Held-out questions file of world.source (empty: the "
+                                  "training file's questions are evaluated)."),
+        "source_fields": Field("", "Field names of the questions file as "
+                               "'id=...,question=...,answer=...' (optional level=, "
+                               "file_name=); empty: id, question, answer (GAIA's for gaia)."),
         "seed": Field(0, "Seed of the training world (train/validation splits).", low=0),
         "test_seed": Field(1, "Seed of the held-out test world (unseen entities).", low=0),
         "stage": Field("stage2", "Question mixture: stage1 (1-2 hops) or stage2 (2-4 hops).",

@@ -38,7 +38,7 @@ class BenchmarkTask:
   extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
-def _check_mapping(field_map: Mapping[str, str]) -> None:
+def check_field_map(field_map: Mapping[str, str]) -> None:
   missing = [k for k in REQUIRED if k not in field_map]
   unknown = [k for k in field_map if k not in REQUIRED + OPTIONAL]
   if missing or unknown:
@@ -73,7 +73,7 @@ def _open(path: str | os.PathLike):
 
 def load_jsonl(path: str | os.PathLike, field_map: Mapping[str, str]) -> list[BenchmarkTask]:
   """Tasks from a JSON-lines file; blank lines are skipped."""
-  _check_mapping(field_map)
+  check_field_map(field_map)
   path, handle = _open(path)
   tasks = []
   with handle:
@@ -93,7 +93,7 @@ def load_jsonl(path: str | os.PathLike, field_map: Mapping[str, str]) -> list[Be
 
 def load_csv(path: str | os.PathLike, field_map: Mapping[str, str]) -> list[BenchmarkTask]:
   """Tasks from a CSV file with a header row (line 1)."""
-  _check_mapping(field_map)
+  check_field_map(field_map)
   path, handle = _open(path)
   with handle:
     reader = csv.DictReader(handle)

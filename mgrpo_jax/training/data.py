@@ -5,6 +5,9 @@
 makes one of them build while the other waits, and a finished build is marked by its
 `manifest.json` (written last).
 
+A user's own questions (`world.source` jsonl, csv or gaia, `user_questions`) replace
+the generated ones; the world is still built, for the tools' search index.
+
 `QueryStream` reads B questions per step from the train split of
 `deep_research_tasks` (`builder.as_data_source()`), restricted to the configured stage
 mixture, through `grain.MapDataset.source(...).shuffle(seed).repeat()`; its iterator
@@ -23,13 +26,15 @@ from typing import Any
 import grain
 
 from mgrpo_jax.tasks import build as build_lib
-from mgrpo_jax.tasks import tfds_builder
+from mgrpo_jax.tasks import loaders, tfds_builder
 from mgrpo_jax.tasks.questions import Question
 from mgrpo_jax.tasks.renderings import Rendering, get_rendering
 from mgrpo_jax.tasks.world import Fact
 from mgrpo_jax.training.files import file_lock
 
 STAGES = {"stage1": 1, "stage2": 2}
+# Field names of a user's JSONL or CSV questions file when `world.source_fields` is empty.
+DEFAULT_FIELDS = {"id": "id", "question": "question", "answer": "answer"}
 
 
 def world_rendering(config) -> Rendering:
@@ -76,9 +81,62 @@ def task_source(world_path: str | os.PathLike[str], world, split: str = "train")
   return builder.as_data_source()[split]
 
 
+def source_fields(world) -> dict[str, str]:
+  """The field map of `world.source_fields` ('id=...,question=...,answer=...')."""
+  text = str(world["source_fields"]).strip()
+  if not text:
+    return dict(loaders.GAIA_FIELDS if world["source"] == "gaia" else DEFAULT_FIELDS)
+  fields = {}
+  for item in text.split(","):
+    key, sep, name = (part.strip() for part in item.partition("="))
+    if not sep or not key or not name:
+      raise ValueError(f"world.source_fields: {item.strip()!r} is not of the form key=name "
+                       f"(keys: {loaders.REQUIRED + loaders.OPTIONAL})")
+    fields[key] = name
+  try:
+    loaders.check_field_map(fields)
+  except ValueError as e:
+    raise ValueError(f"world.source_fields: {e}") from None
+  return fields
+
+
+def user_questions(world, split: str = "train") -> list[Question]:
+  """The questions of the user's file (`world.source`, `world.source_path`; for the test
+  split `world.test_source_path` when set), in file order.
+
+  Raises:
+    ValueError: no path is set, or `world.source_fields` is malformed (naming the key).
+    loaders.BenchmarkFileError: a missing file, a malformed line or field, a repeated
+      id (naming the file and line).
+  """
+  key = "test_source_path" if split == "test" and world["test_source_path"] else "source_path"
+  path = str(world[key])
+  if not path:
+    raise ValueError(f"world.source={world['source']} needs world.source_path: the questions "
+                     "file")
+  fields = source_fields(world)
+  source = str(world["source"])
+  tasks = (loaders.load_gaia(path) if source == "gaia" else
+           loaders.load_csv(path, fields) if source == "csv" else loaders.load_jsonl(path, fields))
+  if not tasks:
+    raise loaders.BenchmarkFileError(f"{path}: no questions")
+  seen: dict[str, int] = {}
+  for i, task in enumerate(tasks, start=1):
+    if task.id in seen:
+      raise loaders.BenchmarkFileError(f"{path}: question {i} repeats the id {task.id!r} of "
+                                       f"question {seen[task.id]}")
+    seen[task.id] = i
+  return [Question(id=t.id, text=t.text, answer=t.answer, path=(), type="user", hops=0,
+                   meta={"level": t.level, "file_name": t.file_name, **dict(t.extra)})
+          for t in tasks]
+
+
 def load_questions(world_path: str | os.PathLike[str], world, stage: str,
                    split: str = "train") -> list[Question]:
-  """The questions of one split and `stage` ("stage1" / "stage2"), in dataset order."""
+  """The questions of one split and `stage` ("stage1" / "stage2"), in dataset order; with
+  `world.source` other than "generated", the user's file's (`user_questions`)."""
+  if str(world["source"]) != "generated":
+    return user_questions(world, split)
   source = task_source(world_path, world, split)
   wanted = STAGES[stage]
   return [_decode(source[i]) for i in range(len(source)) if int(source[i]["stage"]) == wanted]
