@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Creates .venv-ref: PyTorch + transformers, used only by tools/ and benchmarks/
-# to record reference outputs and to time a peer. Never a test or runtime dependency.
+# Creates .venv-ref: PyTorch + transformers, used by tools/ and benchmarks/ to record
+# reference outputs and to time a peer, and by tests/integration/test_export_hf.py (its
+# `reference_python` fixture runs this script) to load exported folders. Never a runtime
+# dependency.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 exec 9>.venv-ref.lock
