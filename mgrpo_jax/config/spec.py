@@ -154,6 +154,9 @@ SPEC: dict[str, Any] = {
         "test_seed": Field(1, "Seed of the held-out test world (unseen entities).", low=0),
         "stage": Field("stage2", "Question mixture: stage1 (1-2 hops) or stage2 (2-4 hops).",
                        choices=("stage1", "stage2")),
+        "question_types": Field("", "Comma-separated question types of the stage to keep "
+                                "(training, demonstrations, evaluation), e.g. "
+                                "'lookup,puzzle'; empty: all of them."),
         "tokenizer_vocab_size": Field(1024, "Ids of the SentencePiece tokenizer trained on the "
                                       "world's corpus (models without their own tokenizer).",
                                       low=300),

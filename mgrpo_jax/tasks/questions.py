@@ -84,6 +84,15 @@ class Mixture:
   min_hops: int
   max_hops: int
 
+  def restricted(self, types: Sequence[str]) -> Mixture:
+    """This mixture over `types` only (`synthesize` renormalizes the weights)."""
+    unknown = sorted(set(types) - set(self.weights))
+    if unknown:
+      raise ValueError(f"question types {unknown} are not in this mixture's "
+                       f"{sorted(self.weights)}")
+    return Mixture({t: w for t, w in self.weights.items() if t in types}, self.min_hops,
+                   self.max_hops)
+
 
 STAGE1 = Mixture({"lookup": 0.45, "multihop": 0.25, "count": 0.1, "puzzle": 0.2}, 1, 2)
 STAGE2 = Mixture({"multihop": 0.4, "difference": 0.2, "comparison": 0.2, "count": 0.1,

@@ -43,6 +43,7 @@ class Rendering:
       renderings whose worlds have their own names (natural), ignored by the shared pool.
     render_pages: world -> [Page] (page id = entity id).
     synthesize: (world, n, *, stage, seed, id_prefix) -> [Question].
+    stages: stage number (1, 2) -> its question-type `Mixture`.
     main_oracle: (rate, seed) -> M's scripted policy; rate 0 is the clean oracle.
     sub_oracle: (rate, seed) -> S's scripted policy.
     expert_judge: world -> `judges.ExpertJudge`.
@@ -54,6 +55,7 @@ class Rendering:
   generate: Callable[[str, int, frozenset], Any]
   render_pages: Callable[[Any], list[pages.Page]]
   synthesize: Callable[..., list[questions.Question]]
+  stages: dict[int, questions.Mixture]
   main_oracle: Callable[[float, int], Any]
   sub_oracle: Callable[[float, int], Any]
   expert_judge: Callable[[Any], judges.ExpertJudge]
@@ -72,6 +74,7 @@ NATURAL = Rendering(
                                                               exclude_names=exclude),
     render_pages=pages.render_pages,
     synthesize=questions.synthesize,
+    stages=questions.STAGES,
     main_oracle=lambda rate, seed: OracleMainAgent(natural_noise.MainNoise(rate=rate,
                                                                            seed=seed)),
     sub_oracle=lambda rate, seed: OracleSubAgent(natural_noise.SubNoise(rate=rate, seed=seed)),
@@ -83,6 +86,7 @@ SYMBOLIC = Rendering(
     generate=lambda size, seed, exclude: symbolic_world.generate_world(size, seed),
     render_pages=symbolic_world.render_pages,
     synthesize=symbolic_questions.synthesize,
+    stages=symbolic_questions.STAGES,
     main_oracle=lambda rate, seed: symbolic_oracle.SymbolicMainOracle(
         symbolic_oracle.MainNoise(rate=rate, seed=seed)),
     sub_oracle=lambda rate, seed: symbolic_oracle.SymbolicSubOracle(

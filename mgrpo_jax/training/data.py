@@ -27,7 +27,7 @@ import grain
 
 from mgrpo_jax.tasks import build as build_lib
 from mgrpo_jax.tasks import loaders, tfds_builder
-from mgrpo_jax.tasks.questions import Question
+from mgrpo_jax.tasks.questions import Mixture, Question
 from mgrpo_jax.tasks.renderings import Rendering, get_rendering
 from mgrpo_jax.tasks.world import Fact
 from mgrpo_jax.training.files import file_lock
@@ -40,6 +40,28 @@ DEFAULT_FIELDS = {"id": "id", "question": "question", "answer": "answer"}
 def world_rendering(config) -> Rendering:
   """The rendering of the run's world (`world.render`)."""
   return get_rendering(str(config.world.render))
+
+
+def question_types(world) -> frozenset[str]:
+  """`world.question_types` as a set of type names (empty: every type of the stage)."""
+  return frozenset(t.strip() for t in str(world["question_types"]).split(",") if t.strip())
+
+
+def question_mixture(world) -> Mixture:
+  """The `world` section's stage mixture, restricted to `world.question_types` if set.
+
+  Raises:
+    ValueError: naming `world.question_types` when a type is not in the stage's mixture.
+  """
+  mix = get_rendering(str(world["render"])).stages[STAGES[str(world["stage"])]]
+  types = question_types(world)
+  if not types:
+    return mix
+  try:
+    return mix.restricted(sorted(types))
+  except ValueError as e:
+    raise ValueError(f"world.question_types={str(world['question_types'])!r}: {e} "
+                     f"({world['render']} world, {world['stage']})") from None
 
 
 def world_dir(root: str | os.PathLike[str]) -> pathlib.Path:
@@ -133,13 +155,19 @@ def user_questions(world, split: str = "train") -> list[Question]:
 
 def load_questions(world_path: str | os.PathLike[str], world, stage: str,
                    split: str = "train") -> list[Question]:
-  """The questions of one split and `stage` ("stage1" / "stage2"), in dataset order; with
-  `world.source` other than "generated", the user's file's (`user_questions`)."""
+  """The questions of one split and `stage` ("stage1" / "stage2"), in dataset order, of
+  the types `world.question_types` names (all when empty); with `world.source` other
+  than "generated", the user's file's (`user_questions`)."""
   if str(world["source"]) != "generated":
     return user_questions(world, split)
   source = task_source(world_path, world, split)
   wanted = STAGES[stage]
-  return [_decode(source[i]) for i in range(len(source)) if int(source[i]["stage"]) == wanted]
+  questions = [_decode(source[i]) for i in range(len(source))
+               if int(source[i]["stage"]) == wanted]
+  if not question_types(world):
+    return questions
+  kept = question_mixture(world).weights
+  return [q for q in questions if q.type in kept]
 
 
 class QueryStream:

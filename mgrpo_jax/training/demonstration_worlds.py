@@ -22,7 +22,7 @@ from mgrpo_jax.agents.tools import ToolRegistry
 from mgrpo_jax.agents.tools.search import build_index
 from mgrpo_jax.tasks import questions as questions_lib
 from mgrpo_jax.training import agent_setup
-from mgrpo_jax.training.data import STAGES, world_rendering
+from mgrpo_jax.training.data import question_mixture, world_rendering
 from mgrpo_jax.training.slice_common import index_registry
 
 
@@ -61,6 +61,7 @@ def demonstration_worlds(config, world_path: pathlib.Path, folder: pathlib.Path
   rendering = world_rendering(config)
   train_world, test_world = rendering.split_worlds(str(world.size), int(world.seed),
                                                    int(world.test_seed))
+  mixture = question_mixture(world)
   counts = question_counts(int(ws.num_questions), int(ws.num_worlds))
   run_seed = int(config.experiment.seed)
   out = []
@@ -78,7 +79,7 @@ def demonstration_worlds(config, world_path: pathlib.Path, folder: pathlib.Path
     names = ("demonstration_questions",) + ((index,) if index else ())
     seed = agent_setup.derive_seed(run_seed, *names) % 2**16
     prefix = f"demo-w{index}" if index else "demo"
-    questions = rendering.synthesize(source, count, stage=STAGES[str(world.stage)],
+    questions = rendering.synthesize(source, count, stage=mixture,
                                      seed=seed, id_prefix=prefix)
     out.append(DemonstrationWorld(questions, registry))
   return out

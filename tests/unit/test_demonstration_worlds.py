@@ -9,6 +9,10 @@ from mgrpo_jax.agents.tools.search import build_index
 from mgrpo_jax.config import apply_overrides, base_config
 from mgrpo_jax.tasks import datasets as datasets_lib
 from mgrpo_jax.tasks.pages import render_pages
+from mgrpo_jax.tasks.renderings import get_rendering
+from mgrpo_jax.tasks.symbolic import questions as symbolic_questions
+from mgrpo_jax.tasks.symbolic import world as symbolic_world
+from mgrpo_jax.training import data
 from mgrpo_jax.training import demonstration_worlds as dw
 
 
@@ -56,3 +60,42 @@ def test_other_worlds_are_new_and_never_use_test_names(built):
     assert entity in world.registry.call("search", {"query": entity}).text
   assert dw.world_seed(config, 1) != int(config.world.test_seed)
   assert len({dw.world_seed(config, i) for i in range(1, 50)}) == 49
+
+
+
+def _symbolic_config(types: str):
+  config = base_config()
+  apply_overrides(config, {"world.size": "tiny", "world.render": "symbolic",
+                           "world.stage": "stage1", "world.question_types": types,
+                           "warm_start.num_questions": 40, "warm_start.num_worlds": 2})
+  return config
+
+
+def test_question_types_restrict_the_demonstrations(tmp_path):
+  config = _symbolic_config("lookup, puzzle")
+  train, _ = get_rendering("symbolic").split_worlds("tiny", 0, 1)
+  build_index(symbolic_world.render_pages(train),
+              tmp_path / "world" / "index" / "train_world.sqlite")
+  worlds = dw.demonstration_worlds(config, tmp_path / "world", tmp_path / "warm_start")
+  types = [q.type for w in worlds for q in w.questions]
+  assert len(types) == 40 and set(types) == {"lookup", "puzzle"}
+
+
+def test_question_mixture_keeps_the_named_types_weights():
+  mixture = data.question_mixture(_symbolic_config("puzzle,three_hop").world)
+  full = symbolic_questions.STAGE1
+  assert mixture.weights == {t: full.weights[t] for t in ("three_hop", "puzzle")}
+  assert data.question_mixture(_symbolic_config("").world) == full
+  with pytest.raises(ValueError, match=r"world.question_types='lookup,multihop'.*multihop"):
+    data.question_mixture(_symbolic_config("lookup,multihop").world)
+
+
+def test_question_types_filter_the_dataset_questions(tmp_path):
+  everything = _symbolic_config("")
+  world_path = data.ensure_world(tmp_path, everything.world)
+  kept = _symbolic_config("lookup,puzzle").world
+  for split in ("train", "test"):
+    questions = data.load_questions(world_path, everything.world, "stage1", split=split)
+    filtered = data.load_questions(world_path, kept, "stage1", split=split)
+    assert filtered == [q for q in questions if q.type in ("lookup", "puzzle")]
+    assert 0 < len(filtered) < len(questions)
