@@ -45,6 +45,13 @@ def test_help_documents_every_flag():
     (["--coordinator_address=auto"], "--coordinator_address needs --slice=main or"),
     (["--stage=warm_start"], "--stage=warm_start needs --slice=main or --slice=sub"),
     (["--slice=main", "--stage=sft"], "flag --stage=sft: value should be one of <rl|warm_start>"),
+    (["--config.main.optim.learning_rate=nan"],
+     "config key 'main.optim.learning_rate': expected a finite float"),
+    (["--config.sub.sampling.max_new_tokens=2048"],
+     "config key 'sub.sampling.max_new_tokens': must be < sub.limits.max_context = 1024"),
+    (["--config.serving.host=0.0.0.0"],
+     "config key 'serving.host': '0.0.0.0' is reachable from other machines"),
+    (["--config.experiment.run_id=../x"], "config key 'experiment.run_id': '../x' is not a"),
 ])
 def test_bad_input_exits_2_with_one_line_naming_it(args, message):
   proc = run(*args, "--print_config")
