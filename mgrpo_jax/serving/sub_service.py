@@ -17,9 +17,11 @@ Methods (`rpc.RpcServer` handlers, plain JSON):
   status {} -> {"version": current}
 
 Requests the service did not hand out are refused before anything runs or is
-persisted (`RequestGate`): a step outside the run or already trained, a version other
-than the one the step must use (max(0, step - staleness)), a query id not among the
-run's questions, a rollout or call index out of range.
+persisted (`RequestGate`): a step outside the run, a version other than the one the
+step must use (max(0, step - staleness)), a query id not among the run's questions, a
+rollout or call index out of range. A step S has already been trained on (a main slice
+that fell back to an older checkpoint redoes it) is served but not persisted: S's
+trainer will not read that step's records again.
 
 S's tools (search, visit) run here, on the sub slice. Requests are served one at a
 time (a lock), since they share one sampler.
@@ -104,17 +106,13 @@ class RequestGate:
   rollouts_per_query: int
   max_sub_calls: int
 
-  def refusal(self, step: int, version: int, trained: int,
-              requests: list[SubTaskRequest]) -> str | None:
-    """Why the service refuses this batch (None: it serves it). `trained`: the steps S
-    has been trained on (its newest published version)."""
+  def refusal(self, step: int, version: int, requests: list[SubTaskRequest]) -> str | None:
+    """Why the service refuses this batch (None: it serves it)."""
     if not 0 <= step < self.num_steps:
       return f"step {step} is not a step of this run (0..{self.num_steps - 1})"
     if version != max(0, step - self.staleness):
       return (f"step {step} is served by S version {max(0, step - self.staleness)} "
               f"(staleness {self.staleness}), not {version}")
-    if step < trained:
-      return f"step {step} is already trained (S is at version {trained})"
     for r in requests:
       if r.query_id not in self.query_ids:
         return f"query {r.query_id!r} is not a question of this run"
@@ -155,7 +153,7 @@ class SubAgentService:
     requests = [SubTaskRequest.from_dict(r) for r in payload["requests"]]
     with self._lock:
       current = self._versions.current
-      refusal = (self._gate.refusal(step, version, current, requests)
+      refusal = (self._gate.refusal(step, version, requests)
                  if self._gate is not None else None)
       if refusal is not None:
         raise ValueError(f"refused: {refusal}")
@@ -165,8 +163,10 @@ class SubAgentService:
       self._policy.sampler.model = nnx.merge(self._graphdef, params)
       self._policy.version = version
       results = self._client.run(requests, seed)
+      already_trained = self._gate is not None and step < current  # the module docstring
       for position, result in enumerate(results):
-        self._persist(step, result.record, (batch, position))
+        if not already_trained:
+          self._persist(step, result.record, (batch, position))
       if self._after_persist is not None:
         self._after_persist(step)
       return {"status": OK, "version": version,

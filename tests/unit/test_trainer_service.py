@@ -90,9 +90,10 @@ def test_service_gates_versions_and_persists_before_replying(env):
 
 
 def test_requests_the_service_did_not_hand_out_are_refused_untouched(env):
-  """A step outside the run or already trained, a version the step does not use, an
-  unknown query, a rollout or call index out of range are refused with the reason (the
-  RPC server replies it as an error), and nothing is run or persisted."""
+  """A step outside the run, a version the step does not use, an unknown query, a
+  rollout or call index out of range are refused with the reason (the RPC server
+  replies it as an error), and nothing is run or persisted. A step S was already trained
+  on is served but not persisted."""
   _, qs, _, _ = env
   persisted = []
   gate = RequestGate(num_steps=4, staleness=1, query_ids=frozenset(q.id for q in qs[:3]),
@@ -111,7 +112,6 @@ def test_requests_the_service_did_not_hand_out_are_refused_untouched(env):
       (payload(4, 3), "step 4 is not a step of this run (0..3)"),
       (payload(-1, 0), "step -1 is not a step of this run"),
       (payload(2, 0), "step 2 is served by S version 1 (staleness 1), not 0"),
-      (payload(0, 0), "step 0 is already trained (S is at version 1)"),
       (payload(1, 0, query_id="not-a-question"), "query 'not-a-question' is not a question"),
       (payload(1, 0, query_id=qs[5].id), f"query {qs[5].id!r} is not a question"),
       (payload(1, 0, rollout=2), "rollout 2 is outside [0, 2)"),
@@ -121,6 +121,8 @@ def test_requests_the_service_did_not_hand_out_are_refused_untouched(env):
       service.run_subtasks(bad)
   assert persisted == []
   assert service.run_subtasks(payload(3, 2)) == {"status": NOT_READY, "version": 1}
+  assert service.run_subtasks(payload(0, 0))["status"] == "ok"  # trained: not persisted
+  assert persisted == []
   assert service.run_subtasks(payload(2, 1))["status"] == "ok"
   assert [(s, r.key) for s, r, _ in persisted] == [(2, (qs[0].id, 0, 0))]
 
