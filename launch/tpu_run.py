@@ -29,6 +29,10 @@ prints, per agent, every parameter group's PartitionSpec and the per-device byte
 parameters, optimizer state, gradients, activations and KV cache on the config's
 <agent>.mesh shape, using abstract shapes only (no devices, nothing allocated).
 
+A run records the config keys that define it in <workdir>/run_config.json; rerunning
+with another value of one of them exits 2 naming it (the keys that may change on resume:
+mgrpo_jax/training/run_fingerprint.py, RESUMABLE_KEYS).
+
 Config keys are overridden with --config.<key>=<value> (all keys: mgrpo_jax/config/spec.py);
 user components (e.g. a reward function) are injected with --gin_file/--gin_bindings
 (mgrpo_jax/plugins.py). A bad flag, config key or gin binding exits with status 2 and
@@ -188,7 +192,12 @@ def main(argv: list[str]) -> None:
   workdir = _WORKDIR.value or f"runs/{config.experiment.run_id}"
   if not planning_only:
     from mgrpo_jax.training.compilation_cache import enable_compilation_cache
+    from mgrpo_jax.training.run_fingerprint import check_fingerprint
 
+    try:
+      check_fingerprint(config, workdir)  # a resume may not change what defines the run
+    except ConfigError as e:
+      _fail(str(e))
     enable_compilation_cache(config, workdir)  # before the first compilation
 
   try:

@@ -14,6 +14,8 @@ from typing import Any
 
 MODES = ("mgrpo", "frozen_sub", "single_agent", "shared_policy", "no_alignment")
 MODEL_PRESETS = ("tiny", "small", "smollm2_135m", "qwen2_5_0_5b", "qwen2_5_7b", "llama3_2_1b")
+# Presets loaded with pretrained weights (the others start from a seeded init).
+PRETRAINED_PRESETS = ("smollm2_135m",)
 
 
 @dataclasses.dataclass(frozen=True)

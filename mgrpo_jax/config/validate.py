@@ -1,19 +1,37 @@
 """Start-up validation of a configuration against the declared spec.
 
 Every problem is reported with the dotted key and the allowed values, so a bad
-sweep override fails before any model is built.
+sweep override fails before any model is built. Besides each key's type and range
+(numbers must also be finite: NaN passes every comparison), the cross-key rules below
+refuse at start what would otherwise fail steps, hours or a restart later
+(`_check_cross_keys`).
 """
 
 from __future__ import annotations
 
+import ipaddress
+import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
-from mgrpo_jax.config.spec import SPEC, Field
+from mgrpo_jax.config.spec import MODEL_PRESETS, PRETRAINED_PRESETS, SPEC, Field
 
 
 class ConfigError(ValueError):
   """A configuration key is unknown, missing, of the wrong type or out of range."""
+
+
+# `experiment.run_id` is one segment of the store's keys (`runs/<run_id>/step_...`) and a
+# folder name: the store's segment rule (mgrpo_jax/store/keys.py, which config may not
+# import; tests/unit/test_config.py checks that the two agree), at most 128 characters.
+_RUN_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+_LOOPBACK_NAMES = ("localhost",)
+# Modes with a separate sub slice (training/slice_common.DECOUPLED_MODES) and those
+# whose sub slice trains S on [B * K * D] rows.
+_DECOUPLED_MODES = ("mgrpo", "frozen_sub", "no_alignment")
+_SUB_TRAINED_MODES = ("mgrpo", "no_alignment")
+_SCRATCH_PRESETS = tuple(p for p in MODEL_PRESETS if p not in PRETRAINED_PRESETS)
 
 
 def _describe(field: Field) -> str:
@@ -43,6 +61,9 @@ def _check_field(key: str, field: Field, value: Any) -> None:
   if not _type_ok(field, value):
     raise ConfigError(f"config key {key!r}: expected {_describe(field)}, got "
                       f"{type(value).__name__} {value!r}")
+  if field.type is float and not math.isfinite(value):
+    raise ConfigError(f"config key {key!r}: expected a finite {_describe(field)[2:]}, got "
+                      f"{value!r}")
   bad = (
       (field.choices is not None and value not in field.choices)
       or (field.low is not None and value < field.low)
@@ -83,9 +104,78 @@ def validate(config: Mapping[str, Any]) -> None:
   _check_cross_keys(as_dict)
 
 
+def _fail(key: str, problem: str) -> None:
+  raise ConfigError(f"config key {key!r}: {problem}")
+
+
+def is_loopback(host: str) -> bool:
+  """Whether `host` names this machine only (127.0.0.0/8, ::1, localhost)."""
+  if host.lower() in _LOOPBACK_NAMES:
+    return True
+  try:
+    return ipaddress.ip_address(host).is_loopback
+  except ValueError:
+    return False  # a host name: reachable from elsewhere
+
+
 def _check_cross_keys(config: Mapping[str, Any]) -> None:
-  mgrpo = config["mgrpo"]
+  experiment, mgrpo = config["experiment"], config["mgrpo"]
+  mode = experiment["mode"]
+  if not _RUN_ID.fullmatch(experiment["run_id"]):
+    _fail("experiment.run_id", f"{experiment['run_id']!r} is not a store key segment: "
+          "1 to 128 letters, digits, '_', '-', '.' (not first)")
   if mgrpo["aligned_sub_calls"] > mgrpo["max_sub_calls"]:
     raise ConfigError("config key 'mgrpo.aligned_sub_calls' (D) must be <= "
                       f"'mgrpo.max_sub_calls', got {mgrpo['aligned_sub_calls']} > "
                       f"{mgrpo['max_sub_calls']}")
+  if config["world"]["render"] == "symbolic" and config["world"]["size"] not in ("tiny",
+                                                                                 "small"):
+    _fail("world.size", f"{config['world']['size']!r} has no symbolic rendering "
+          "(world.render='symbolic'): expected 'tiny' or 'small'")
+  checkpoint = config["checkpoint"]
+  if checkpoint["every"] != 1:
+    _fail("checkpoint.every", f"must be 1 for RL training (each step's acknowledgement "
+          f"promises a durable checkpoint of that step), got {checkpoint['every']}")
+  if checkpoint["keep"] < mgrpo["staleness"] + 1:
+    _fail("checkpoint.keep", f"must be >= mgrpo.staleness + 1 = {mgrpo['staleness'] + 1} "
+          f"(a restarted sub slice serves the older versions), got {checkpoint['keep']}")
+  serving = config["serving"]
+  if not is_loopback(serving["host"]) and not serving["token_env"]:
+    _fail("serving.host", f"{serving['host']!r} is reachable from other machines, so the "
+          "sub-agent service needs a shared token: set serving.token_env to the name of an "
+          "environment variable holding it (or bind 127.0.0.1)")
+  rollouts = mgrpo["queries_per_step"] * mgrpo["rollouts_per_query"]
+  rows = {"main": rollouts,
+          "sub": rollouts * mgrpo["aligned_sub_calls"] if mode in _SUB_TRAINED_MODES else 0}
+  for role in ("main", "sub"):
+    _check_agent(role, config[role], experiment["num_steps"], rows[role])
+
+
+def _check_agent(role: str, agent: Mapping[str, Any], num_steps: int, rows: int) -> None:
+  """One agent's cross-key rules; `rows`: its RL batch rows (0: fixed by the mode)."""
+  new_tokens, context = agent["sampling"]["max_new_tokens"], agent["limits"]["max_context"]
+  if new_tokens >= context:
+    _fail(f"{role}.sampling.max_new_tokens", f"must be < {role}.limits.max_context = "
+          f"{context} (a turn's prompt shares the context), got {new_tokens}")
+  loss, optim = agent["loss"], agent["optim"]
+  if loss["clip_low"] >= 1.0:
+    _fail(f"{role}.loss.clip_low", f"must be < 1 (the ratio's lower clip is 1 - clip_low), "
+          f"got {loss['clip_low']}")
+  if loss["clip_ratio_c"] != 0 and loss["clip_ratio_c"] <= 1.0:
+    _fail(f"{role}.loss.clip_ratio_c", f"the dual-clip bound must be > 1 (or 0: off), got "
+          f"{loss['clip_ratio_c']}")
+  for beta in ("b1", "b2"):
+    if optim[beta] >= 1.0:
+      _fail(f"{role}.optim.{beta}", f"AdamW's beta must be < 1, got {optim[beta]}")
+  if optim["schedule"] == "cosine" and num_steps <= optim["warmup_steps"]:
+    _fail(f"{role}.optim.warmup_steps", f"the cosine schedule needs experiment.num_steps = "
+          f"{num_steps} > warmup_steps, got {optim['warmup_steps']}")
+  micro = optim["micro_batch_size"]
+  if micro and rows and rows % micro:
+    _fail(f"{role}.optim.micro_batch_size", f"must divide the {role} agent's batch rows "
+          f"{rows} (queries_per_step x rollouts_per_query"
+          f"{' x aligned_sub_calls' if role == 'sub' else ''}), got {micro}")
+  if agent["model"]["smeared_keys"] and agent["model"]["preset"] not in _SCRATCH_PRESETS:
+    _fail(f"{role}.model.smeared_keys", f"needs a preset trained from scratch "
+          f"({', '.join(_SCRATCH_PRESETS)}); {agent['model']['preset']!r} has pretrained "
+          "weights or is a file")

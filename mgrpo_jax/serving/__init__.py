@@ -5,7 +5,10 @@ from mgrpo_jax.serving.rpc import (
                                    RpcClient,
                                    RpcError,
                                    RpcServer,
+                                   RpcTimeoutError,
+                                   ServerLimits,
                                    ServiceUnavailableError,
 )
 
-__all__ = ["ClientSettings", "RpcClient", "RpcError", "RpcServer", "ServiceUnavailableError"]
+__all__ = ["ClientSettings", "RpcClient", "RpcError", "RpcServer", "RpcTimeoutError",
+           "ServerLimits", "ServiceUnavailableError"]

@@ -12,12 +12,16 @@ Failures:
     `ServiceUnavailableError` naming the address it last tried.
   - "not_ready" (S has not yet published the requested version): polled until
     `ready_timeout_s`, then `TimeoutError`.
-  - a handler error: `RpcError` at once (not retried).
+  - a handler error or a refused request: `RpcError` at once (not retried).
+  - an answer slower than `call_timeout_s`: `RpcTimeoutError` (not retried).
+Every attempt of one call carries the same request id, so a batch the service is still
+running when the connection drops is not run a second time by the retry.
 """
 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -66,6 +70,7 @@ class RemoteSubAgentClient:
   def call(self, method: str, payload: dict[str, Any]) -> dict[str, Any]:
     """One RPC, retried across address changes until `deadline_s` (module docstring)."""
     deadline = time.monotonic() + self._deadline_s
+    request_id = uuid.uuid4().hex
     last: Address | None = None
     error: Exception | None = None
     while True:
@@ -91,7 +96,7 @@ class RemoteSubAgentClient:
             deadline=min(_ATTEMPT_WINDOW_S, remaining), call_timeout=self._call_timeout_s))}
         client = self._clients[address]
       try:
-        return client.call(method, payload)
+        return client.call(method, payload, request_id=request_id)
       except ServiceUnavailableError as e:
         error = e
         del self._clients[address]

@@ -16,14 +16,22 @@ Methods (`rpc.RpcServer` handlers, plain JSON):
     same records and replaces them.
   status {} -> {"version": current}
 
+Requests the service did not hand out are refused before anything runs or is
+persisted (`RequestGate`): a step outside the run, a version other than the one the
+step must use (max(0, step - staleness)), a query id not among the run's questions, a
+rollout or call index out of range. A step S has already been trained on (a main slice
+that fell back to an older checkpoint redoes it) is served but not persisted: S's
+trainer will not read that step's records again.
+
 S's tools (search, visit) run here, on the sub slice. Requests are served one at a
 time (a lock), since they share one sampler.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from flax import nnx
@@ -80,6 +88,43 @@ class WeightVersions:
                       f"keeping {self._keep}): the caller is behind the staleness bound")
 
 
+@dataclasses.dataclass(frozen=True)
+class RequestGate:
+  """The delegations the service hands out: S's steps, versions and the run's queries.
+
+  Attributes:
+    num_steps: the run's RL steps (`experiment.num_steps`).
+    staleness: the staleness bound s: step t is served by version max(0, t - s).
+    query_ids: the ids of the run's questions.
+    rollouts_per_query: K (rollout indices are in [0, K)).
+    max_sub_calls: delegations per rollout at most (call indices are below it).
+  """
+
+  num_steps: int
+  staleness: int
+  query_ids: Collection[str]
+  rollouts_per_query: int
+  max_sub_calls: int
+
+  def refusal(self, step: int, version: int, requests: list[SubTaskRequest]) -> str | None:
+    """Why the service refuses this batch (None: it serves it)."""
+    if not 0 <= step < self.num_steps:
+      return f"step {step} is not a step of this run (0..{self.num_steps - 1})"
+    if version != max(0, step - self.staleness):
+      return (f"step {step} is served by S version {max(0, step - self.staleness)} "
+              f"(staleness {self.staleness}), not {version}")
+    for r in requests:
+      if r.query_id not in self.query_ids:
+        return f"query {r.query_id!r} is not a question of this run"
+      if not 0 <= r.rollout_index < self.rollouts_per_query:
+        return (f"query {r.query_id!r}: rollout {r.rollout_index} is outside "
+                f"[0, {self.rollouts_per_query})")
+      if not 0 <= r.call_index < self.max_sub_calls:
+        return (f"query {r.query_id!r} rollout {r.rollout_index}: call {r.call_index} is "
+                f"outside [0, {self.max_sub_calls})")
+    return None
+
+
 class SubAgentService:
   """S's side of delegations (see the module docstring)."""
 
@@ -88,14 +133,16 @@ class SubAgentService:
                persist: Persist, *, summarizer: Summarizer | None = None,
                spec: specs.AgentSpec = specs.SUB,
                after_persist: Callable[[int], None] | None = None,
-               rollout_policy: Policy | None = None):
+               rollout_policy: Policy | None = None, gate: RequestGate | None = None):
     """`policy` holds S's weights (swapped per version); rollouts sample with
-    `rollout_policy` (default: `policy`; a wrapper around it, e.g. in tests)."""
+    `rollout_policy` (default: `policy`; a wrapper around it, e.g. in tests); `gate`
+    refuses requests the service did not hand out (None: any is served)."""
     self._policy = policy
     self._graphdef = graphdef
     self._versions = versions
     self._persist = persist
     self._after_persist = after_persist
+    self._gate = gate
     self._client = InProcessSubAgentClient(rollout_policy or policy, tokenizer, registry, config,
                                            summarizer=summarizer, spec=spec)
     self._lock = threading.Lock()
@@ -105,14 +152,21 @@ class SubAgentService:
     version, batch = int(payload["version"]), int(payload["batch"])
     requests = [SubTaskRequest.from_dict(r) for r in payload["requests"]]
     with self._lock:
+      current = self._versions.current
+      refusal = (self._gate.refusal(step, version, requests)
+                 if self._gate is not None else None)
+      if refusal is not None:
+        raise ValueError(f"refused: {refusal}")
+      if version > current:
+        return {"status": NOT_READY, "version": current}
       params = self._versions.get(version)
-      if params is None:
-        return {"status": NOT_READY, "version": self._versions.current}
       self._policy.sampler.model = nnx.merge(self._graphdef, params)
       self._policy.version = version
       results = self._client.run(requests, seed)
+      already_trained = self._gate is not None and step < current  # the module docstring
       for position, result in enumerate(results):
-        self._persist(step, result.record, (batch, position))
+        if not already_trained:
+          self._persist(step, result.record, (batch, position))
       if self._after_persist is not None:
         self._after_persist(step)
       return {"status": OK, "version": version,

@@ -69,6 +69,11 @@ class LocalStore:
         if not self._matches_existing(key, path, data):
           raise StoreError(f"store key {key!r} vanished from {self.uri} during put") from None
         return
+      except OSError as e:  # no hard links here (some FUSE and SMB mounts), or no permission
+        raise StoreError(
+            f"store key {key!r}: cannot hard-link {temp_name} to {path} ({e.strerror or e}); "
+            "the local store needs a file system with hard links (or use a gs:// store)"
+        ) from e
       _fsync_dir(path.parent)
     finally:
       os.unlink(temp_name)

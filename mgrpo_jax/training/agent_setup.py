@@ -31,6 +31,7 @@ import numpy as np
 from mgrpo_jax.agents import protocol, specs
 from mgrpo_jax.agents.config import AgentLimits, RolloutConfig
 from mgrpo_jax.agents.policy import SamplerPolicy
+from mgrpo_jax.config.spec import PRETRAINED_PRESETS
 from mgrpo_jax.models import get_config, init_model, load_pretrained
 from mgrpo_jax.sampling import Sampler, SamplerConfig, SamplingParams
 from mgrpo_jax.text import DEFAULT_USER_DEFINED_SYMBOLS, SentencePieceTokenizer
@@ -44,7 +45,7 @@ from mgrpo_jax.training.tokenizer_corpus import protocol_symbols, tokenizer_corp
 from mgrpo_jax.training.train_state import StateLayout, TrainState, create_train_state
 from mgrpo_jax.training.update import UpdateConfig
 
-PRETRAINED = ("smollm2_135m",)
+PRETRAINED = PRETRAINED_PRESETS
 
 
 def derive_seed(seed: int, *names: Any) -> int:

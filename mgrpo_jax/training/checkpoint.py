@@ -14,6 +14,11 @@ multiple of p (the held-out accuracy curve evaluates those after RL). Restores r
 arrays straight into the shardings of the current `StateLayout`, so a run may resume on
 a different mesh shape.
 
+A newest checkpoint that cannot be restored (a damaged file, bit rot, a half-copied
+folder) is moved aside to `<step>.corrupt` with a warning naming it, and the previous
+one is restored instead; the step is then saved afresh. When none can be restored the
+error names the newest.
+
 For `gs://` directories tensorstore needs credentials, or, against an emulator, the
 variables of `mgrpo_jax.store.emulator.emulator_env`.
 """
@@ -21,10 +26,12 @@ variables of `mgrpo_jax.store.emulator.emulator_env`.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from typing import Any
 
 import orbax.checkpoint as ocp
+from etils import epath
 
 from mgrpo_jax.training.train_state import StateLayout, TrainState
 
@@ -112,19 +119,55 @@ class AgentCheckpointer:
   def restore(self, step: int | None = None) -> tuple[TrainState, dict[str, Any]] | None:
     """(state, metadata) of checkpoint `step` (default: the latest), or None if none.
 
-    The arrays are placed with the shardings of the layout given at construction.
+    The arrays are placed with the shardings of the layout given at construction. With
+    no `step`, a checkpoint that fails to restore is moved aside and the previous one is
+    tried (the module docstring); an explicit `step` that fails raises.
     """
     self._manager.wait_until_finished()
-    step = self._manager.latest_step() if step is None else step
-    if step is None:
-      return None
-    if step not in self._manager.all_steps():
-      raise FileNotFoundError(f"no checkpoint for step {step} in {self.directory}; "
-                              f"available: {self.all_steps()}")
+    if step is not None:
+      if step not in self._manager.all_steps():
+        raise FileNotFoundError(f"no checkpoint for step {step} in {self.directory}; "
+                                f"available: {self.all_steps()}")
+      return self._restore(step)
+    steps = sorted(self._manager.all_steps(), reverse=True)
+    failed: list[tuple[int, Exception]] = []
+    for candidate in steps:
+      try:
+        restored = self._restore(candidate)
+      except Exception as e:  # noqa: BLE001 (orbax and tensorstore raise many types)
+        failed.append((candidate, e))
+        continue
+      for bad, error in failed:
+        aside = self._move_aside(bad)
+        logging.warning("checkpoint %s/%d (step %d) cannot be restored (%s: %s); moved it to "
+                        "%s and falling back to step %d", self.directory, bad, bad,
+                        type(error).__name__, str(error)[:500], aside, candidate)
+      return restored
+    if failed:
+      step, error = failed[0]
+      raise RuntimeError(f"no checkpoint in {self.directory} can be restored (steps "
+                         f"{[s for s, _ in failed]}); the newest, {self.directory}/{step}: "
+                         f"{type(error).__name__}: {error}") from error
+    return None
+
+  def _restore(self, step: int) -> tuple[TrainState, dict[str, Any]]:
     args = ocp.args.Composite(state=ocp.args.StandardRestore(self._layout.abstract),
                               metadata=ocp.args.JsonRestore())
     restored = self._manager.restore(step, args=args)
     return restored.state, dict(restored.metadata)
+
+  def _move_aside(self, step: int) -> str:
+    """Renames checkpoint `step` to `<step>.corrupt` (kept for inspection, invisible to
+    orbax) and returns the new path."""
+    folder = epath.Path(self.directory)
+    aside = folder / f"{step}.corrupt"
+    suffix = 1
+    while aside.exists():
+      aside = folder / f"{step}.corrupt{suffix}"
+      suffix += 1
+    (folder / str(step)).rename(aside)
+    self._manager.reload()
+    return os.fspath(aside)
 
   def latest_step(self) -> int | None:
     return self._manager.latest_step()

@@ -1,8 +1,9 @@
 """Crash-safe local files shared by the slices: atomic writes, file locks, plain JSON.
 
 A killed process never leaves a half-written file behind: `atomic_write` writes a
-temporary file in the same folder, fsyncs it and renames it over the target (readers
-see the old file or the new one). `file_lock` serializes one-time work shared by the
+temporary file in the same folder, fsyncs it, renames it over the target (readers
+see the old file or the new one) and fsyncs the folder, so the rename itself survives
+a power loss. `file_lock` serializes one-time work shared by the
 two slices (building the world, training the tokenizer) with `fcntl.flock`, which the
 kernel releases when a holder dies. `dump_json` writes records holding numpy arrays as
 canonical JSON (`serving.wire.to_plain`: float32 values round-trip exactly).
@@ -37,6 +38,16 @@ def atomic_write(path: str | os.PathLike[str], data: bytes) -> None:
     with contextlib.suppress(FileNotFoundError):
       os.unlink(tmp)
     raise
+  fsync_folder(path.parent)
+
+
+def fsync_folder(path: str | os.PathLike[str]) -> None:
+  """Makes the entries of folder `path` (a rename, a new file) durable."""
+  fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+  try:
+    os.fsync(fd)
+  finally:
+    os.close(fd)
 
 
 @contextlib.contextmanager

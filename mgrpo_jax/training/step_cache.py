@@ -63,6 +63,13 @@ def _step_name(step: int) -> str:
   return f"step_{step:08d}"
 
 
+def _file_safe(query_id: str) -> str:
+  """`query_id` as a file name part: percent-escaped, a leading "." too (a name starting
+  with "." is a temporary file, which `SubStepCache.load` skips)."""
+  quoted = urllib.parse.quote(query_id, safe="")
+  return "%2E" + quoted[1:] if quoted.startswith(".") else quoted
+
+
 class MainStepCache:
   """The main slice's rollouts of one step (see the module docstring)."""
 
@@ -105,8 +112,7 @@ class SubStepCache:
 
   def put(self, step: int, record: SubRecord, arrival: tuple[int, int]) -> None:
     """Atomically stores one call; the same call again replaces it."""
-    name = (f"{urllib.parse.quote(record.query_id, safe='')}.{record.rollout_index}."
-            f"{record.call_index}.json")
+    name = f"{_file_safe(record.query_id)}.{record.rollout_index}.{record.call_index}.json"
     atomic_write(self.step_dir(step) / name,
                  dump_json({"arrival": list(arrival), "record": record.to_dict()}))
 

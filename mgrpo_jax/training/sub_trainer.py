@@ -38,7 +38,7 @@ import numpy as np
 
 from mgrpo_jax.metrics import format_progress
 from mgrpo_jax.serving.address import encode_address, service_token
-from mgrpo_jax.serving.sub_service import SubAgentService, WeightVersions
+from mgrpo_jax.serving.sub_service import RequestGate, SubAgentService, WeightVersions
 from mgrpo_jax.store.schema import MainOutcomes, SliceAck, ack_key, outcomes_key
 from mgrpo_jax.training import agent_setup, distributed, step_math
 from mgrpo_jax.training.batching import TrainBatch
@@ -158,7 +158,9 @@ def run_sub_slice(config, workdir: str) -> None:
         policy, layout.graphdef, tokenizer, registry, agent_setup.rollout_config(config),
         versions, cache.put, after_persist=lambda step: crash_point("sub", "served", step),
         spec=agent_setup.agent_specs(config)[1],
-        rollout_policy=agent_setup.rollout_policy(policy, tokenizer, "sub"))
+        rollout_policy=agent_setup.rollout_policy(policy, tokenizer, "sub"),
+        gate=RequestGate(num_steps, staleness, frozenset(questions), num_rollouts,
+                         int(config.mgrpo.max_sub_calls)))
     server = service.server(host=str(config.serving.host), port=int(config.serving.port),
                             token=service_token(str(config.serving.token_env))).start()
     atomic_write(paths.local / "sub" / "service.json", encode_address(server.address))

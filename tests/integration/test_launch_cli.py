@@ -45,6 +45,13 @@ def test_help_documents_every_flag():
     (["--coordinator_address=auto"], "--coordinator_address needs --slice=main or"),
     (["--stage=warm_start"], "--stage=warm_start needs --slice=main or --slice=sub"),
     (["--slice=main", "--stage=sft"], "flag --stage=sft: value should be one of <rl|warm_start>"),
+    (["--config.main.optim.learning_rate=nan"],
+     "config key 'main.optim.learning_rate': expected a finite float"),
+    (["--config.sub.sampling.max_new_tokens=2048"],
+     "config key 'sub.sampling.max_new_tokens': must be < sub.limits.max_context = 1024"),
+    (["--config.serving.host=0.0.0.0"],
+     "config key 'serving.host': '0.0.0.0' is reachable from other machines"),
+    (["--config.experiment.run_id=../x"], "config key 'experiment.run_id': '../x' is not a"),
 ])
 def test_bad_input_exits_2_with_one_line_naming_it(args, message):
   proc = run(*args, "--print_config")
@@ -68,3 +75,19 @@ def test_dry_run_with_an_unknown_model_exits_2_naming_the_key():
   assert proc.returncode == 2, proc.stderr
   lines = proc.stderr.strip().splitlines()
   assert len(lines) == 1 and "main.model.preset: 'no_such_model' is neither" in lines[0]
+
+
+def test_resuming_with_another_defining_value_exits_2_naming_the_key(tmp_path):
+  """The first launch records the run's defining keys (here written as that launch would),
+  a relaunch with another K is refused before anything runs."""
+  from mgrpo_jax.config import base_config
+  from mgrpo_jax.training.run_fingerprint import check_fingerprint
+
+  check_fingerprint(base_config(), str(tmp_path))  # configs/default.py's values
+  proc = run("--slice=main", f"--workdir={tmp_path}", "--config.mgrpo.rollouts_per_query=4")
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  lines = proc.stderr.strip().splitlines()
+  assert len(lines) == 1, proc.stderr
+  assert (f"config key 'mgrpo.rollouts_per_query' is 4, but the run in {tmp_path} was "
+          "started with 8") in lines[0]
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["run_config.json"]  # nothing ran

@@ -6,14 +6,13 @@ import time
 
 import pytest
 
+from mgrpo_jax.serving.frames import recv_response, request_bytes
 from mgrpo_jax.serving.rpc import (
   ClientSettings,
   RpcClient,
   RpcError,
   RpcServer,
   ServiceUnavailableError,
-  recv_frame,
-  send_frame,
 )
 
 
@@ -68,16 +67,18 @@ def test_handler_error_and_unknown_method_are_reported_not_fatal(server):
 
 def test_oversized_or_malformed_frames_are_rejected(server):
   srv, _ = server
+  token = b"s3cret"
+  prefix = len(token).to_bytes(4, "big") + token
   with socket.create_connection(srv.address, timeout=5) as sock:
-    sock.sendall((2**31).to_bytes(4, "big"))
-    assert "exceeds" in recv_frame(sock)["error"]
+    sock.sendall(prefix + (2**31).to_bytes(4, "big"))
+    assert "exceeds" in recv_response(sock)["error"]
   with socket.create_connection(srv.address, timeout=5) as sock:
     body = b"[1, 2]"
-    sock.sendall(len(body).to_bytes(4, "big") + body)
-    assert "expected an object" in recv_frame(sock)["error"]
+    sock.sendall(prefix + len(body).to_bytes(4, "big") + body)
+    assert "expected an object" in recv_response(sock)["error"]
   with socket.create_connection(srv.address, timeout=5) as sock:
-    send_frame(sock, {"method": "echo", "payload": [], "token": "s3cret"})
-    assert "payload must be an object" in recv_frame(sock)["error"]
+    sock.sendall(request_bytes(token, {"method": "echo", "payload": []}))
+    assert "payload must be an object" in recv_response(sock)["error"]
 
 
 def test_unreachable_service_fails_after_deadline_naming_the_address():

@@ -4,8 +4,12 @@ import importlib.util
 import pathlib
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from mgrpo_jax.config import SPEC, ConfigError, apply_overrides, base_config, iter_fields, validate
+from mgrpo_jax.config.spec import PRETRAINED_PRESETS
+from mgrpo_jax.store import keys
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 
@@ -131,3 +135,88 @@ def test_apply_overrides_rejects_unknown_keys():
 def test_spec_groups_match_the_design_modes():
   assert SPEC["experiment"]["mode"].choices == (
       "mgrpo", "frozen_sub", "single_agent", "shared_policy", "no_alignment")
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("main.optim.learning_rate", float("nan"), r"'main\.optim\.learning_rate': expected a "
+     r"finite float in \[0\.0, 1\.0\], got nan"),
+    ("sub.loss.clip_high", float("inf"), r"'sub\.loss\.clip_high': expected a finite float"),
+    ("store.wait_timeout_s", float("inf"), r"'store\.wait_timeout_s': expected a finite"),
+    ("serving.deadline_s", float("-inf"), r"'serving\.deadline_s'"),
+])
+def test_nan_and_inf_are_rejected_naming_the_key(key, value, message):
+  config = base_config()
+  apply_overrides(config, {key: value})
+  with pytest.raises(ConfigError, match=message):
+    validate(config)
+
+
+@pytest.mark.parametrize("overrides,message", [
+    ({"main.sampling.max_new_tokens": 2048},
+     r"'main\.sampling\.max_new_tokens': must be < main\.limits\.max_context = 1024"),
+    ({"sub.limits.max_context": 128},
+     r"'sub\.sampling\.max_new_tokens': must be < sub\.limits\.max_context = 128"),
+    ({"main.loss.clip_ratio_c": 1.0}, r"'main\.loss\.clip_ratio_c': the dual-clip bound must "
+     r"be > 1 \(or 0: off\), got 1\.0"),
+    ({"sub.loss.clip_ratio_c": 0.5}, r"'sub\.loss\.clip_ratio_c'"),
+    ({"main.loss.clip_low": 1.0}, r"'main\.loss\.clip_low': must be < 1"),
+    ({"sub.optim.b2": 1.0}, r"'sub\.optim\.b2': AdamW's beta must be < 1"),
+    ({"experiment.run_id": ".hidden"}, r"'experiment\.run_id': '\.hidden' is not a store key"),
+    ({"experiment.run_id": "a/b"}, r"'experiment\.run_id': 'a/b' is not a store key segment"),
+    ({"experiment.run_id": "r" * 129}, r"'experiment\.run_id'"),
+    ({"world.render": "symbolic", "world.size": "large"},
+     r"'world\.size': 'large' has no symbolic rendering"),
+    ({"checkpoint.every": 2}, r"'checkpoint\.every': must be 1 for RL training"),
+    ({"mgrpo.staleness": 3}, r"'checkpoint\.keep': must be >= mgrpo\.staleness \+ 1 = 4"),
+    ({"serving.host": "0.0.0.0"}, r"'serving\.host': '0\.0\.0\.0' is reachable from other "
+     r"machines, .* set serving\.token_env"),
+    ({"serving.host": "sub-host.internal"}, r"'serving\.host'.*serving\.token_env"),
+    ({"main.optim.schedule": "cosine", "main.optim.warmup_steps": 10},
+     r"'main\.optim\.warmup_steps': the cosine schedule needs experiment\.num_steps = 10 > "
+     "warmup_steps, got 10"),
+    ({"main.optim.micro_batch_size": 3},
+     r"'main\.optim\.micro_batch_size': must divide the main agent's batch rows 16"),
+    ({"sub.optim.micro_batch_size": 96},
+     r"'sub\.optim\.micro_batch_size': must divide the sub agent's batch rows 128"),
+    ({"sub.model.preset": "smollm2_135m", "sub.model.smeared_keys": True},
+     r"'sub\.model\.smeared_keys': needs a preset trained from scratch"),
+])
+def test_cross_key_rules_name_the_key(overrides, message):
+  config = base_config()
+  apply_overrides(config, overrides)
+  with pytest.raises(ConfigError, match=message):
+    validate(config)
+
+
+@pytest.mark.parametrize("overrides", [
+    {"main.loss.clip_ratio_c": 3.0},
+    {"serving.host": "0.0.0.0", "serving.token_env": "MGRPO_TOKEN"},
+    {"serving.host": "localhost"},
+    {"serving.host": "::1"},
+    {"experiment.run_id": "sweep-a_1.2"},
+    {"sub.optim.micro_batch_size": 96, "experiment.mode": "frozen_sub"},
+    {"main.optim.micro_batch_size": 4, "sub.optim.micro_batch_size": 32},
+    {"main.optim.schedule": "cosine", "main.optim.warmup_steps": 9},
+])
+def test_cross_key_rules_accept_what_works(overrides):
+  config = base_config()
+  apply_overrides(config, overrides)
+  validate(config)
+
+
+@given(st.text(alphabet="ab_-./ \u00e9", min_size=0, max_size=6))
+def test_run_id_rule_is_the_store_key_segment_rule(run_id):
+  config = base_config()
+  apply_overrides(config, {"experiment.run_id": run_id})
+  try:
+    validate(config)
+    accepted = True
+  except ConfigError:
+    accepted = False
+  assert accepted == keys.is_valid_segment(run_id)
+
+
+def test_pretrained_presets_are_the_trainers():
+  from mgrpo_jax.training.agent_setup import PRETRAINED
+
+  assert PRETRAINED == PRETRAINED_PRESETS

@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-from mgrpo_jax.config import validate
+from mgrpo_jax.config import ConfigError, validate
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.planner import plan_from_config
 
@@ -119,9 +119,10 @@ def test_every_preset_is_documented_and_an_unknown_one_is_named(module):
 
 def test_smeared_keys_are_refused_for_pretrained_weights(module, tmp_path):
   """Pretrained checkpoints have no key-smear parameters: the error names the key before
-  any weights are read."""
+  any weights are read (at start, and again where the model is built)."""
   config = module.get_config("cpu_smoke")
   config.sub.model.smeared_keys = True
-  validate(config)
+  with pytest.raises(ConfigError, match=r"'sub\.model\.smeared_keys': .*'smollm2_135m'"):
+    validate(config)
   with pytest.raises(ValueError, match=r"sub\.model\.smeared_keys: .*smollm2_135m"):
     agent_setup.build_model(config.sub, "sub", tmp_path, config)

@@ -19,6 +19,7 @@ from mgrpo_jax.store import (
     LocalStore,
     Store,
     StoreConflictError,
+    StoreError,
     StoreNotFoundError,
     StoreTimeoutError,
     open_store,
@@ -93,6 +94,23 @@ def test_wait_for_sees_key_written_concurrently(tmp_path) -> None:
   assert store.get("late") == b"x"
   with pytest.raises(StoreTimeoutError, match="1 key.*'missing'"):
     store.wait_for(["late", "missing"], timeout=0.05)
+
+
+@pytest.mark.parametrize("error", [PermissionError(1, "Operation not permitted"),
+                                   OSError(95, "Operation not supported")])
+def test_file_system_without_hard_links_is_a_store_error_naming_the_path(
+    tmp_path, monkeypatch, error) -> None:
+  store = LocalStore(tmp_path)
+
+  def no_links(src, dst):
+    raise error
+
+  monkeypatch.setattr(os, "link", no_links)  # what such a file system answers
+  with pytest.raises(StoreError, match="cannot hard-link .*runs/r/outcomes") as info:
+    store.put("runs/r/outcomes", b"abc")
+  assert error.strerror in str(info.value)
+  assert not store.exists("runs/r/outcomes")
+  assert os.listdir(tmp_path / "runs" / "r") == []  # no temporary file left behind
 
 
 def test_open_store_selects_local_backend(tmp_path) -> None:

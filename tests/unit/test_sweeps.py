@@ -279,12 +279,17 @@ _COMMAND_LINE_TEXT = st.text(st.characters(exclude_categories=("Cs",),
                                            exclude_characters="\0"))
 
 
-@given(name=_COMMAND_LINE_TEXT.filter(bool), token_env=_COMMAND_LINE_TEXT,
+# A run id is one store key segment (validate refuses others); AdamW's beta is < 1.
+_RUN_ID = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,40}", fullmatch=True)
+
+
+@given(name=_COMMAND_LINE_TEXT.filter(bool), run_id=_RUN_ID, token_env=_COMMAND_LINE_TEXT,
        seed=st.integers(0, 2**70), learning_rate=st.floats(0.0, 1.0),
-       b1=st.one_of(st.integers(0, 1), st.floats(0.0, 1.0)), tensorboard=st.booleans())
+       b1=st.one_of(st.integers(0, 0), st.floats(0.0, 1.0, exclude_max=True)),
+       tensorboard=st.booleans())
 def test_arbitrary_values_round_trip_through_the_shell_and_the_config_flag(
-    name, token_env, seed, learning_rate, b1, tensorboard):
-  overrides = {"experiment.name": name, "experiment.run_id": name,
+    name, run_id, token_env, seed, learning_rate, b1, tensorboard):
+  overrides = {"experiment.name": name, "experiment.run_id": run_id,
                "serving.token_env": token_env, "experiment.seed": seed,
                "main.optim.learning_rate": learning_rate, "sub.optim.b1": b1,
                "logging.tensorboard": tensorboard}

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import stat
 
 import numpy as np
 import pytest
@@ -111,3 +113,29 @@ def test_weight_versions_gate_and_evict():
   with pytest.raises(ValueError, match="not newer"):
     versions.publish(2, "again")
   assert versions.current == 2
+
+
+@pytest.mark.parametrize("query_id", [".hidden", "..", "a/.b", "%2E", "q 1"])
+def test_sub_cache_keeps_query_ids_that_look_like_temporary_files(tmp_path, query_id):
+  cache = SubStepCache(tmp_path)
+  record = SubRecord(query_id, 1, 0, "t", "", "r", _trajectory(5))
+  cache.put(2, record, (0, 0))
+  names = [p.name for p in cache.step_dir(2).iterdir()]
+  assert len(names) == 1 and not names[0].startswith(".")
+  loaded = cache.load(2)
+  assert [r.key for _, r in loaded] == [(query_id, 1, 0)]
+  _same_trajectory(loaded[0][1].trajectory, record.trajectory)
+
+
+def test_atomic_write_fsyncs_the_folder_after_the_rename(tmp_path, monkeypatch):
+  synced = []
+  real_fsync = os.fsync
+
+  def recording_fsync(fd):
+    synced.append((stat.S_ISDIR(os.fstat(fd).st_mode), os.path.exists(tmp_path / "f.json")))
+    real_fsync(fd)
+
+  monkeypatch.setattr(os, "fsync", recording_fsync)
+  atomic_write(tmp_path / "f.json", b"new")
+  # the file's data (before the rename), then its folder (after the rename)
+  assert synced == [(False, False), (True, True)]

@@ -9,6 +9,7 @@ S's rows: dropping S's rows changes the updated weights.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import jax
 import numpy as np
@@ -26,7 +27,7 @@ from mgrpo_jax.agents import (
 from mgrpo_jax.agents.tools import SearchIndex, default_registry
 from mgrpo_jax.models import get_config, init_model
 from mgrpo_jax.sampling import Sampler
-from mgrpo_jax.serving.sub_service import NOT_READY, SubAgentService, WeightVersions
+from mgrpo_jax.serving.sub_service import NOT_READY, RequestGate, SubAgentService, WeightVersions
 from mgrpo_jax.tasks import pages, questions, world
 from mgrpo_jax.tasks.oracle import OracleSubAgent
 from mgrpo_jax.text import SentencePieceTokenizer
@@ -53,15 +54,15 @@ def env(tmp_path_factory):
   return registry, qs, tokenizer, model
 
 
-def _service(env, persisted):
+def _service(env, persisted, gate=None, keep=1):
   registry, _, tokenizer, model = env
   policy = SamplerPolicy(Sampler(model, tokenizer))
-  versions = WeightVersions(keep=1)
+  versions = WeightVersions(keep=keep)
   service = SubAgentService(
       policy, nnx.graphdef(model), tokenizer, registry, CONFIG, versions,
       lambda step, record, arrival: persisted.append((step, record, arrival)),
       spec=SUB_SPEC, rollout_policy=OraclePolicy(OracleSubAgent(), tokenizer,
-                                                 version=0))
+                                                 version=0), gate=gate)
   return service, versions, policy, nnx.state(model, nnx.Param)
 
 
@@ -86,6 +87,44 @@ def test_service_gates_versions_and_persists_before_replying(env):
   assert again["results"][0]["record"]["trajectory"]["ids"] == reply["results"][0][
       "record"]["trajectory"]["ids"]
   assert service.status({}) == {"version": 0}
+
+
+def test_requests_the_service_did_not_hand_out_are_refused_untouched(env):
+  """A step outside the run, a version the step does not use, an unknown query, a
+  rollout or call index out of range are refused with the reason (the RPC server
+  replies it as an error), and nothing is run or persisted. A step S was already trained
+  on is served but not persisted."""
+  _, qs, _, _ = env
+  persisted = []
+  gate = RequestGate(num_steps=4, staleness=1, query_ids=frozenset(q.id for q in qs[:3]),
+                     rollouts_per_query=2, max_sub_calls=3)
+  service, versions, _, params = _service(env, persisted, gate, keep=2)
+  versions.publish(0, params)
+  versions.publish(1, params)  # S trained step 0: steps 1 (version 0) and 2 (version 1) serve
+
+  def payload(step, version, query_id=qs[0].id, rollout=0, call=0):
+    request = SubTaskRequest(query_id, rollout, call, f"Find the {qs[0].path[0].relation} of "
+                             f"{qs[0].path[0].subject}.")
+    return {"step": step, "seed": 1, "version": version, "batch": 0,
+            "requests": [request.to_dict()]}
+
+  for bad, reason in [
+      (payload(4, 3), "step 4 is not a step of this run (0..3)"),
+      (payload(-1, 0), "step -1 is not a step of this run"),
+      (payload(2, 0), "step 2 is served by S version 1 (staleness 1), not 0"),
+      (payload(1, 0, query_id="not-a-question"), "query 'not-a-question' is not a question"),
+      (payload(1, 0, query_id=qs[5].id), f"query {qs[5].id!r} is not a question"),
+      (payload(1, 0, rollout=2), "rollout 2 is outside [0, 2)"),
+      (payload(1, 0, call=3), "call 3 is outside [0, 3)"),
+  ]:
+    with pytest.raises(ValueError, match="^refused: .*" + re.escape(reason)):
+      service.run_subtasks(bad)
+  assert persisted == []
+  assert service.run_subtasks(payload(3, 2)) == {"status": NOT_READY, "version": 1}
+  assert service.run_subtasks(payload(0, 0))["status"] == "ok"  # trained: not persisted
+  assert persisted == []
+  assert service.run_subtasks(payload(2, 1))["status"] == "ok"
+  assert [(s, r.key) for s, r, _ in persisted] == [(2, (qs[0].id, 0, 0))]
 
 
 def test_shared_policy_update_uses_both_roles_rows(env):

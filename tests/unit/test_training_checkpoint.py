@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import jax
 import numpy as np
 import pytest
@@ -135,3 +137,61 @@ def test_keep_period_also_keeps_every_multiple(tmp_path, trained):
     assert checkpointer.all_steps() == [0, 3, 6, 7, 8]
   with pytest.raises(ValueError, match="checkpoint.keep_period"):
     CheckpointConfig(keep_period=-1)
+
+
+def _garbage_arrays(folder):
+  for path in (folder / "state" / "ocdbt.process_0" / "d").iterdir():
+    path.write_bytes(b"\x00garbage" * 10)
+
+
+def _garbage_metadata(folder):
+  (folder / "metadata" / "metadata").write_bytes(b"{not json")
+
+
+def _no_tree_metadata(folder):
+  (folder / "state" / "_METADATA").unlink()
+
+
+@pytest.mark.parametrize("corrupt", [_garbage_arrays, _garbage_metadata, _no_tree_metadata])
+def test_a_corrupt_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, trained, corrupt,
+                                                                    caplog):
+  layout, _, host = trained
+  config = CheckpointConfig(async_save=False)
+  with AgentCheckpointer(tmp_path / "main", layout, config) as checkpointer:
+    for step in (1, 2, 3):
+      checkpointer.save(jax.device_put(host.replace(step=np.int32(step)), layout.shardings),
+                        metadata={"steps_done": step})
+  corrupt(tmp_path / "main" / "3")
+  with AgentCheckpointer(tmp_path / "main", layout, config) as checkpointer:
+    with caplog.at_level("WARNING"):
+      state, metadata = checkpointer.restore()
+    assert metadata == {"steps_done": 2} and int(state.step) == 2
+    _assert_bitwise_equal(state.params, host.params)
+    assert checkpointer.all_steps() == [1, 2]
+    warning = " ".join(r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    assert f"{tmp_path / 'main' / '3'} (step 3) cannot be restored" in warning
+    assert "falling back to step 2" in warning
+    assert (tmp_path / "main" / "3.corrupt" / "state").is_dir()  # kept for inspection
+    # the resumed run saves step 3 afresh, and a later restore reads it
+    assert checkpointer.save(jax.device_put(host.replace(step=np.int32(3)), layout.shardings),
+                             metadata={"steps_done": 3})
+  with AgentCheckpointer(tmp_path / "main", layout, config) as checkpointer:
+    assert checkpointer.restore()[1] == {"steps_done": 3}
+
+
+def test_no_restorable_checkpoint_is_an_error_naming_the_folder(tmp_path, trained):
+  layout, _, host = trained
+  config = CheckpointConfig(async_save=False)
+  with AgentCheckpointer(tmp_path / "sub", layout, config) as checkpointer:
+    for step in (1, 2):
+      checkpointer.save(jax.device_put(host.replace(step=np.int32(step)), layout.shardings))
+  for step in (1, 2):
+    _garbage_metadata(tmp_path / "sub" / str(step))
+  with AgentCheckpointer(tmp_path / "sub", layout, config) as checkpointer:
+    with pytest.raises(RuntimeError, match=re.escape(
+        f"no checkpoint in {tmp_path / 'sub'} can be restored (steps [2, 1]); the newest, "
+        f"{tmp_path / 'sub'}/2: JSONDecodeError")):
+      checkpointer.restore()
+    assert checkpointer.all_steps() == [1, 2]  # nothing moved when nothing can replace it
+    with pytest.raises(ValueError):  # an explicit step is not replaced by another
+      checkpointer.restore(2)

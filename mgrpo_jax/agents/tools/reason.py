@@ -107,6 +107,13 @@ def _numbers(args: tuple[Any, ...], name: str) -> list[Any]:
   return values
 
 
+def _number(x: Any, name: str) -> Any:
+  """`x` itself if it is one number (never a list): functions of exactly one number."""
+  if not _is_number(x):
+    raise ReasonError(f"{name}() takes one number, got {type(x).__name__}")
+  return x
+
+
 def _round(x: Any, ndigits: Any = 0) -> Any:
   if not _is_number(x) or not isinstance(ndigits, int) or not 0 <= ndigits <= 12:
     raise ReasonError("round(x, ndigits) needs a number and 0 <= ndigits <= 12")
@@ -121,7 +128,7 @@ def _sqrt(x: Any) -> float:
 
 
 FUNCTIONS: dict[str, tuple[Callable[..., Any], int, int]] = {  # name: (fn, min, max args)
-  "abs": (lambda x: abs(_numbers((x,), "abs")[0]), 1, 1),
+  "abs": (lambda x: abs(_number(x, "abs")), 1, 1),
   "min": (lambda *a: min(_numbers(a, "min")), 1, 32),
   "max": (lambda *a: max(_numbers(a, "max")), 1, 32),
   "sum": (lambda *a: sum(_numbers(a, "sum")), 1, 32),

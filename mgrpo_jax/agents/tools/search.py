@@ -23,6 +23,7 @@ MAX_QUERY_CHARS = 256
 MAX_QUERY_TERMS = 32
 MAX_PAGE_ARG_CHARS = 200
 SNIPPET_TOKENS = 16
+_MAX_PAGE_ID = 2**63 - 1  # SQLite INTEGER
 _TERM = re.compile(r"\w+", re.UNICODE)
 # Function words dropped from queries (unless nothing else is left): they match most
 # pages, add nothing to BM25's ranking and make OR-queries scan the whole index.
@@ -115,10 +116,16 @@ class SearchIndex:
     return [(t, int(i), s.replace("\n", " ")) for t, i, s in rows]
 
   def page(self, page: int | str) -> tuple[int, str, str] | None:
-    """(page_id, title, text) by id, digit string or exact title (then case-insensitive)."""
-    if isinstance(page, int) or (isinstance(page, str) and page.strip().isdigit()):
-      row = self._conn.execute(
-        "SELECT page_id, title, text FROM pages WHERE page_id = ?", (int(page),)).fetchone()
+    """(page_id, title, text) by id, digit string or exact title (then case-insensitive).
+
+    An id outside SQLite's integer range (e.g. 30 digits) names no page: None.
+    """
+    digits = isinstance(page, str) and page.strip().isascii() and page.strip().isdigit()
+    if isinstance(page, int) or digits:
+      page_id = int(page)
+      row = (self._conn.execute("SELECT page_id, title, text FROM pages WHERE page_id = ?",
+                                (page_id,)).fetchone()
+             if 0 <= page_id <= _MAX_PAGE_ID else None)
       if row or isinstance(page, int):
         return row
     title = page.strip().removeprefix("[[").removesuffix("]]").strip()
