@@ -89,3 +89,17 @@ def test_wandb_mode_is_checked_naming_the_key():
   apply_overrides(config, {"logging.wandb.mode": "cloud"})
   with pytest.raises(ConfigError, match=r"logging\.wandb\.mode.*offline"):
     validate(config)
+
+
+def test_phase_progress_writes_a_line_at_most_every_interval_with_the_time_left():
+  from mgrpo_jax.metrics import PhaseProgress
+
+  now = [100.0]
+  lines = []
+  progress = PhaseProgress("warm start main (sft)", lines.append, every_s=20.0,
+                           clock=lambda: now[0])
+  for done, at in ((1, 105.0), (2, 119.0), (3, 120.0), (4, 130.0), (5, 141.0), (8, 190.0)):
+    now[0] = at
+    progress(done, 8)
+  assert lines == ["warm start main (sft): 3/8 steps, 20 s, about 33 s left",
+                   "warm start main (sft): 5/8 steps, 41 s, about 25 s left"]
