@@ -265,6 +265,17 @@ SPEC: dict[str, Any] = {
     "logging": {
         "every": Field(1, "Write metrics every this many steps.", low=1),
         "tensorboard": Field(True, "Also write TensorBoard event files."),
+        "wandb": {
+            "enabled": Field(False, "Also log each slice's metrics to Weights & Biases (needs "
+                             "`pip install 'mgrpo_jax[wandb]'`): one W&B run per slice, "
+                             "grouped by `experiment.run_id`, with the whole config "
+                             "(`mgrpo_jax/metrics/wandb_run.py`)."),
+            "project": Field("mgrpo_jax", "W&B project of the runs.", allow_empty=False),
+            "entity": Field("", "W&B entity (user or team; empty: the account's default)."),
+            "mode": Field("online", "online: stream to the W&B server; offline: write the "
+                          "runs under `logs/<slice>/wandb/` without network, for `wandb "
+                          "sync` later.", choices=("online", "offline")),
+        },
     },
 }
 

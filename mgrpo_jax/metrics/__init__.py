@@ -1,6 +1,8 @@
-"""Run metrics: metrics.jsonl, TensorBoard event files, and the console progress line."""
+"""Run metrics: metrics.jsonl, TensorBoard event files, an optional Weights & Biases run,
+and the console progress line."""
 
-from mgrpo_jax.metrics.progress import format_progress
+from mgrpo_jax.metrics.progress import PhaseProgress, format_progress
+from mgrpo_jax.metrics.wandb_run import WandbRun
 from mgrpo_jax.metrics.writer import MetricsWriter, read_metrics
 
-__all__ = ["MetricsWriter", "format_progress", "read_metrics"]
+__all__ = ["MetricsWriter", "PhaseProgress", "WandbRun", "format_progress", "read_metrics"]

@@ -1,8 +1,9 @@
-"""The one-line console summary of a training step."""
+"""The one-line console summary of a training step, and progress lines of long phases."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 
 
 def _number(value: float) -> str:
@@ -31,3 +32,37 @@ def format_progress(step: int, num_steps: int, scalars: Mapping[str, float],
   if tokens_per_second:
     parts.append(" ".join(f"{name} {v:.0f} tok/s" for name, v in tokens_per_second.items()))
   return " | ".join(parts)
+
+
+class PhaseProgress:
+  """Progress of a long phase (e.g. the warm start's SFT steps) as plain log lines.
+
+  Called with (done, total) after each unit of work; emits at most one line every
+  `every_s` seconds, e.g. `warm start main (sft): 300/750 steps, 40 s, about 60 s left`.
+  Lines rather than a redrawn bar: the phases run in child processes whose output the
+  `--slice=all` parent prefixes and relays line by line (and notebooks and CI logs show
+  lines), so the same output reads well everywhere. The phase's own closing line is its
+  caller's.
+
+  Args:
+    label: names the phase.
+    emit: writes one line (`slice_common.log`).
+    every_s: seconds between lines at least.
+    unit: what `done` counts.
+    clock: seconds, monotonic (a fake one in tests).
+  """
+
+  def __init__(self, label: str, emit: Callable[[str], None], *, every_s: float = 20.0,
+               unit: str = "steps", clock: Callable[[], float] = time.monotonic) -> None:
+    self.label, self.emit, self.every_s, self.unit, self.clock = label, emit, every_s, unit, clock
+    self.started = self.last = clock()
+
+  def __call__(self, done: int, total: int) -> None:
+    now = self.clock()
+    if done >= total or now - self.last < self.every_s:
+      return
+    self.last = now
+    elapsed = now - self.started
+    left = elapsed * (total - done) / max(done, 1)
+    self.emit(f"{self.label}: {done}/{total} {self.unit}, {elapsed:.0f} s, "
+              f"about {left:.0f} s left")

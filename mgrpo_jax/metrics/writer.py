@@ -1,4 +1,5 @@
-"""Scalar metrics to `metrics.jsonl` and TensorBoard event files in a run folder.
+"""Scalar metrics to `metrics.jsonl` and TensorBoard event files in a run folder, and
+optionally to a Weights & Biases run (`wandb_run.py`).
 
 One JSON object per line: `{"step": int, "time": float, "<name>": float, ...}`. Names are
 namespaced by agent and phase, e.g. `main/reward_mean`, `sub/advantage_std`,
@@ -16,17 +17,28 @@ from collections.abc import Mapping
 
 from tensorboardX import SummaryWriter
 
+from mgrpo_jax.metrics.wandb_run import WandbRun
+
 
 class MetricsWriter:
-  """Appends scalar metrics of each step to `<logdir>/metrics.jsonl` and TensorBoard."""
+  """Appends scalar metrics of each step to `<logdir>/metrics.jsonl` and TensorBoard.
+
+  Args:
+    logdir: the folder of metrics.jsonl and `tensorboard/`.
+    tensorboard: also write TensorBoard event files (finite values only).
+    filename: the JSON-lines file's name.
+    wandb_run: also log every record, non-finite values included, to this W&B run
+      (closed with the writer).
+  """
 
   def __init__(self, logdir: str | pathlib.Path, *, tensorboard: bool = True,
-               filename: str = "metrics.jsonl") -> None:
+               filename: str = "metrics.jsonl", wandb_run: WandbRun | None = None) -> None:
     self.logdir = pathlib.Path(logdir)
     self.logdir.mkdir(parents=True, exist_ok=True)
     self.path = self.logdir / filename
     self._file = self.path.open("a", encoding="utf-8")
     self._tb = SummaryWriter(str(self.logdir / "tensorboard")) if tensorboard else None
+    self._wandb = wandb_run
 
   def write(self, step: int, scalars: Mapping[str, float]) -> None:
     """Records `scalars` for `step`. Values must be finite-or-nan real numbers."""
@@ -45,11 +57,15 @@ class MetricsWriter:
         if name not in ("step", "time") and math.isfinite(value):
           self._tb.add_scalar(name, value, global_step=int(step))
       self._tb.flush()
+    if self._wandb is not None:
+      self._wandb.log(step, {k: v for k, v in record.items() if k not in ("step", "time")})
 
   def close(self) -> None:
     self._file.close()
     if self._tb is not None:
       self._tb.close()
+    if self._wandb is not None:
+      self._wandb.close()
 
   def __enter__(self) -> MetricsWriter:
     return self

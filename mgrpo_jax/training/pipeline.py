@@ -36,7 +36,7 @@ from typing import Any
 
 from absl import logging as absl_logging
 
-from mgrpo_jax.metrics import report
+from mgrpo_jax.metrics import PhaseProgress, report
 from mgrpo_jax.training import (
   agent_setup,
   copy_curriculum,
@@ -169,7 +169,8 @@ def warm_start_agent(config, workdir: str, role: str) -> None:
         role, state, layout, sequences, int(ws.copy_steps), int(ws.window_copy_steps),
         sft_config, pad_id)
   _, metrics = warm_start.sft(state, layout, sequences, sft_config,
-                              checkpoint_dir=str(folder / role), pad_id=pad_id)
+                              checkpoint_dir=str(folder / role), pad_id=pad_id,
+                              progress=PhaseProgress(f"warm start {role} (sft)", log))
   summary.update(steps=metrics["steps"], nll=metrics["nll"],
                  seconds=time.perf_counter() - started)
   log(f"warm start {role}: {len(sequences)} demonstrations, {metrics['steps']} steps, "
@@ -199,7 +200,9 @@ def _learn_to_copy(role: str, state, layout, demonstrations, steps: int, window_
   summary: dict[str, Any] = {}
   for phase, (count, sequences) in phases.items():
     if count:
-      state, summary[phase] = warm_start.sft(state, layout, sequences(), config, pad_id=pad_id)
+      state, summary[phase] = warm_start.sft(
+          state, layout, sequences(), config, pad_id=pad_id,
+          progress=PhaseProgress(f"copy curriculum {role} ({phase})", log))
       log(f"copy curriculum {role} ({phase}): {summary[phase]['steps']} steps, NLL "
           f"{summary[phase]['nll'][0]:.2f} -> {summary[phase]['nll'][-1]:.3f}")
   summary["seconds"] = time.perf_counter() - started

@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 
+from mgrpo_jax.metrics.wandb_run import import_wandb
 from mgrpo_jax.training.files import atomic_write
 from mgrpo_jax.training.slice_common import RunPaths
 
@@ -52,6 +53,8 @@ def run_slice(slice_name: str, config, workdir: str, stage: str = "rl") -> None:
   """Runs one slice's stage, or the whole run (module docstring)."""
   if stage not in STAGES:
     raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
+  if config.logging.wandb.enabled:
+    import_wandb()  # a missing package fails here, not after the warm start
   if stage == "warm_start":
     if slice_name not in ("main", "sub"):
       raise ValueError(f"stage 'warm_start' runs one agent: slice 'main' or 'sub', got "

@@ -8,7 +8,8 @@ local root `runs_local/<run_id>` in the current directory):
   <local>/main/cache/step_<t>.json   M's write-ahead rollout cache
   <local>/sub/cache/step_<t>/        S records of step t, written by the service
   <local>/sub/service.json           the sub-agent service's address
-  <local>/logs/{main,sub}/           metrics.jsonl and TensorBoard events per slice
+  <local>/logs/{main,sub}/           metrics.jsonl and TensorBoard events per slice (and
+                                     W&B's `wandb/` with `logging.wandb.enabled`)
 
 Multi-host slices (`distributed.py`): only process 0 logs, writes metrics and the other
 local files; a slice's samplers read a copy of the parameters on their own process's
@@ -19,6 +20,7 @@ devices (`rollout_model`), and its updates read global batches fed by rows
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import pathlib
 import sys
@@ -30,7 +32,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from mgrpo_jax.agents.tools import SearchIndex, ToolRegistry, default_registry
-from mgrpo_jax.metrics import MetricsWriter
+from mgrpo_jax.metrics import MetricsWriter, WandbRun
 from mgrpo_jax.models.sharding import param_shardings
 from mgrpo_jax.store import open_store
 from mgrpo_jax.store.protocol import Store
@@ -110,10 +112,16 @@ class _NoMetrics:
 
 
 def metrics_writer(paths: RunPaths, slice_name: str, config) -> MetricsWriter | _NoMetrics:
-  """The slice's metrics.jsonl / TensorBoard writer on process 0; a no-op elsewhere."""
+  """The slice's metrics.jsonl / TensorBoard (/ W&B) writer on process 0; a no-op elsewhere."""
   if not distributed.is_writer():
     return _NoMetrics()
-  return MetricsWriter(paths.logs(slice_name), tensorboard=bool(config.logging.tensorboard))
+  wandb = config.logging.wandb
+  wandb_run = WandbRun(
+      paths.logs(slice_name), project=str(wandb.project), entity=str(wandb.entity),
+      mode=str(wandb.mode), group=str(config.experiment.run_id), slice_name=slice_name,
+      config=json.loads(config.to_json())) if wandb.enabled else None
+  return MetricsWriter(paths.logs(slice_name), tensorboard=bool(config.logging.tensorboard),
+                       wandb_run=wandb_run)
 
 
 def log(message: str) -> None:

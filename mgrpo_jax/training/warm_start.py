@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -273,7 +273,8 @@ def demonstration_nll(state: TrainState, layout: StateLayout,
 
 def sft(state: TrainState, layout: StateLayout, sequences: Sequence[TokenSequence],
         config: SFTConfig = SFTConfig(), *, checkpoint_dir: str | None = None,
-        pad_id: int = 0) -> tuple[TrainState, dict[str, Any]]:
+        pad_id: int = 0, progress: Callable[[int, int], None] | None = None
+        ) -> tuple[TrainState, dict[str, Any]]:
   """Supervised fine-tuning of one agent's train state on its demonstrations.
 
   Args:
@@ -284,6 +285,7 @@ def sft(state: TrainState, layout: StateLayout, sequences: Sequence[TokenSequenc
     checkpoint_dir: when set, the final params are saved there (synchronously) as a
       parameter checkpoint, what `agent_setup.restore_init_params` reads.
     pad_id: token id of padding.
+    progress: called after every step with (steps done, total steps).
 
   Returns:
     (state, metrics): metrics["nll"] = [mean NLL before SFT, after epoch 1, ...] (or
@@ -295,11 +297,13 @@ def sft(state: TrainState, layout: StateLayout, sequences: Sequence[TokenSequenc
   update_config = sft_update_config(config.micro_batch_size)
   update = make_update_fn(layout, update_config, config.batch_rows)
   nll = [demonstration_nll(state, layout, sequences, config)]
-  steps = 0
+  steps, total = 0, config.epochs * -(-len(sequences) // config.batch_rows)
   for epoch in range(config.epochs):
     for batch in sft_batches(sequences, config, epoch, pad_id=pad_id):
       state, _ = update(state, batch)
       steps += 1
+      if progress is not None:
+        progress(steps, total)
     if config.nll_every_epoch or epoch == config.epochs - 1:
       nll.append(demonstration_nll(state, layout, sequences, config))
   metrics = {"nll": nll, "steps": steps}

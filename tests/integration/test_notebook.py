@@ -5,14 +5,23 @@ start and evaluation) from the notebooks/ folder, writing its run under a tempor
 `MGRPO_NOTEBOOK_WORKDIR`. The kernel is a `python3` kernel spec, written to a temporary
 JUPYTER_PATH, that starts this interpreter, so the notebook sees the same installation as
 the tests. The checks compare what the notebook showed with the files the run wrote.
+
+The install cell's helpers (the cell tagged `install-helpers`: definitions only) run here
+without a kernel: the pip command chosen for each runtime kind and package source, the
+runtime detected from device files, the extras read from a wheel or a checkout. The
+README's Colab badge and the demo time the notebook quotes are checked against the files.
 """
 
 from __future__ import annotations
 
 import base64
+import glob
 import json
+import os
 import pathlib
+import re
 import sys
+import zipfile
 
 import nbformat
 import pytest
@@ -23,6 +32,7 @@ from mgrpo_jax.metrics.report import summary_table
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "mgrpo_demo.ipynb"
+README = ROOT / "README.md"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # The QUICK schedule of the notebook's SCHEDULE cell.
 QUICK_STEPS = 1
@@ -104,6 +114,9 @@ def test_notebook_runs_without_errors_on_this_interpreter(executed):
   assert f"Python: {sys.executable}\n" in text
   assert f"repository: {ROOT}\n" in text
   assert "JAX backend: " in text
+  helpers = install_helpers()
+  device_files = [f for pattern in helpers["DEVICE_FILES"] for f in glob.glob(pattern)]
+  assert f"runtime: {helpers['runtime_kind'](device_files, os.environ)}\n" in text
 
 
 @pytest.mark.slow
@@ -153,3 +166,101 @@ def test_notebook_prints_an_example_trajectory(executed):
   assert f"Question: {shown['question']}\n" in text
   assert shown["main"] in text
   assert "===== S, the sub-agent" in text
+
+
+def install_helpers() -> dict:
+  """The namespace of the notebook's `install-helpers` cell (it defines, installs nothing)."""
+  notebook = nbformat.read(NOTEBOOK, as_version=4)
+  (cell,) = [c for c in notebook.cells if "install-helpers" in c.metadata.get("tags", [])]
+  namespace: dict = {}
+  exec(compile(cell.source, "install-helpers", "exec"), namespace)
+  return namespace
+
+
+def test_install_source_is_the_first_code_cells_setting_left_empty():
+  notebook = nbformat.read(NOTEBOOK, as_version=4)
+  first = next(c for c in notebook.cells if c.cell_type == "code")
+  assert "install-helpers" in first.metadata.tags
+  assert 'INSTALL_SOURCE = ""  # @param {type:"string"}' in first.source.splitlines()
+  assert install_helpers()["INSTALL_SOURCE"] == ""
+
+
+@pytest.mark.parametrize("kind, extras, expected", [
+    ("gpu", {"cuda", "tpu"}, ["-e", "/src/mgrpo[cuda]"]),
+    ("gpu", {"tpu"}, ["-e", "/src/mgrpo", "jax[cuda12]"]),
+    ("tpu", {"cuda", "tpu"}, ["-e", "/src/mgrpo[tpu]"]),
+    ("tpu", set(), ["-e", "/src/mgrpo", "jax[tpu]"]),
+    ("cpu", {"cuda", "tpu"}, ["-e", "/src/mgrpo"]),
+])
+def test_install_command_of_a_checkout_per_runtime(kind, extras, expected):
+  command = install_helpers()["install_command"](kind, "/src/mgrpo", extras, python="py")
+  assert command == ["py", "-m", "pip", "install", "-q", *expected]
+
+
+@pytest.mark.parametrize("kind, extras, expected", [
+    ("gpu", {"cuda"}, ["dist/m-0.1-py3-none-any.whl[cuda]"]),
+    ("gpu", set(), ["dist/m-0.1-py3-none-any.whl", "jax[cuda12]"]),
+    ("tpu", {"tpu"}, ["dist/m-0.1-py3-none-any.whl[tpu]"]),
+    ("cpu", {"tpu"}, ["dist/m-0.1-py3-none-any.whl"]),
+])
+def test_install_command_of_a_wheel_per_runtime(kind, extras, expected):
+  command = install_helpers()["install_command"](kind, "dist/m-0.1-py3-none-any.whl", extras,
+                                                 python="py")
+  assert command == ["py", "-m", "pip", "install", "-q", *expected]
+
+
+def test_install_command_rejects_an_unknown_runtime_naming_it():
+  with pytest.raises(ValueError, match=r"runtime kind must be one of .*'cpu'.*got 'npu'"):
+    install_helpers()["install_command"]("npu", "/src/mgrpo", set())
+
+
+@pytest.mark.parametrize("device_files, environ, expected", [
+    (["/dev/nvidia0", "/dev/nvidia1"], {}, "gpu"),
+    (["/dev/accel0"], {}, "tpu"),
+    (["/dev/vfio/0"], {}, "tpu"),
+    ([], {"TPU_ACCELERATOR_TYPE": "v5litepod-8"}, "tpu"),
+    ([], {"COLAB_TPU_ADDR": "10.0.0.2:8470"}, "tpu"),
+    ([], {}, "cpu"),
+])
+def test_runtime_kind_from_device_files_and_environment(device_files, environ, expected):
+  assert install_helpers()["runtime_kind"](device_files, environ) == expected
+
+
+def test_this_checkout_installs_its_own_cuda_and_tpu_extras():
+  helpers = install_helpers()
+  extras = helpers["package_extras"](str(ROOT))
+  assert {"cuda", "tpu", "wandb", "dev"} <= extras
+  assert helpers["install_command"]("gpu", str(ROOT), extras, python="py")[-1] == f"{ROOT}[cuda]"
+  assert helpers["install_command"]("tpu", str(ROOT), extras, python="py")[-1] == f"{ROOT}[tpu]"
+
+
+def test_package_extras_of_a_wheel_come_from_its_metadata(tmp_path):
+  wheel = tmp_path / "m-0.1-py3-none-any.whl"
+  with zipfile.ZipFile(wheel, "w") as archive:
+    archive.writestr("m/__init__.py", "")
+    archive.writestr("m-0.1.dist-info/METADATA",
+                     "Metadata-Version: 2.1\nName: m\nVersion: 0.1\nProvides-Extra: cuda\n"
+                     "Provides-Extra: dev\nRequires-Dist: jax[cuda12]; extra == \"cuda\"\n")
+  assert install_helpers()["package_extras"](str(wheel)) == {"cuda", "dev"}
+
+
+def test_notebook_quotes_the_readmes_demo_time():
+  readme = " ".join(README.read_text().split())
+  (demo,) = re.findall(r"on 2 CPU cores, in (\d+ minutes \d+ seconds)", readme)
+  notebook = nbformat.read(NOTEBOOK, as_version=4)
+  text = " ".join(" ".join(c.source for c in notebook.cells).split())
+  quoted = re.findall(r"\d+ minutes?(?: \d+ seconds?)?", text)
+  assert quoted == [demo]
+
+
+def test_readme_colab_badge_opens_this_notebook():
+  readme = README.read_text()
+  links = re.findall(r"\]\((https://colab\.research\.google\.com/github/[^)\s]+)\)", readme)
+  assert links, "the README has no Colab badge"
+  for link in links:
+    owner, repo, branch, path = re.fullmatch(
+        r"https://colab\.research\.google\.com/github/([^/]+)/([^/]+)/blob/([^/]+)/(.+)",
+        link).groups()
+    assert (owner, repo, branch) == ("OWNER", "REPO", "main")
+    assert (ROOT / path).resolve() == NOTEBOOK
+  assert "`OWNER/REPO`" in readme  # the placeholder is explained

@@ -1,6 +1,7 @@
 """metrics.jsonl, TensorBoard event files, and the progress line."""
 
 import json
+import sys
 
 import pytest
 
@@ -62,3 +63,43 @@ def test_progress_line():
   assert line == ("step 3/10 | main/reward 0.41 sub/reward 0.333 | rollout 1.23s update 0.40s"
                   " | main 512 tok/s")
   assert format_progress(1, 1, {}) == "step 1/1"
+
+
+def test_wandb_on_without_the_package_fails_naming_the_key(monkeypatch, tmp_path):
+  from mgrpo_jax.config import apply_overrides, base_config
+  from mgrpo_jax.metrics import WandbRun
+  from mgrpo_jax.training.run import run_slice
+
+  monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError
+  message = r"logging\.wandb\.enabled=true needs the wandb package: pip install 'mgrpo_jax\[wandb\]'"
+  with pytest.raises(ImportError, match=message):
+    WandbRun(tmp_path, project="p", entity="", mode="offline", group="g", slice_name="main",
+             config={})
+  config = base_config()
+  apply_overrides(config, {"logging.wandb.enabled": True})
+  with pytest.raises(ImportError, match=message):  # before any stage starts
+    run_slice("all", config, str(tmp_path))
+  assert list(tmp_path.iterdir()) == []
+
+
+def test_wandb_mode_is_checked_naming_the_key():
+  from mgrpo_jax.config import ConfigError, apply_overrides, base_config, validate
+
+  config = base_config()
+  apply_overrides(config, {"logging.wandb.mode": "cloud"})
+  with pytest.raises(ConfigError, match=r"logging\.wandb\.mode.*offline"):
+    validate(config)
+
+
+def test_phase_progress_writes_a_line_at_most_every_interval_with_the_time_left():
+  from mgrpo_jax.metrics import PhaseProgress
+
+  now = [100.0]
+  lines = []
+  progress = PhaseProgress("warm start main (sft)", lines.append, every_s=20.0,
+                           clock=lambda: now[0])
+  for done, at in ((1, 105.0), (2, 119.0), (3, 120.0), (4, 130.0), (5, 141.0), (8, 190.0)):
+    now[0] = at
+    progress(done, 8)
+  assert lines == ["warm start main (sft): 3/8 steps, 20 s, about 33 s left",
+                   "warm start main (sft): 5/8 steps, 41 s, about 25 s left"]

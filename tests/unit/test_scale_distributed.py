@@ -186,7 +186,8 @@ def test_slice_helpers_with_one_process_are_the_single_process_code(tmp_path):
 
   paths = RunPaths(workdir=str(tmp_path), local=tmp_path, store_uri=str(tmp_path / "store"))
   writer = metrics_writer(paths, "main",
-                          ml_collections.ConfigDict({"logging": {"tensorboard": False}}))
+                          ml_collections.ConfigDict({"logging": {
+                              "tensorboard": False, "wandb": {"enabled": False}}}))
   assert isinstance(writer, MetricsWriter)  # process 0 writes
   writer.write(0, {"main/reward_mean": 0.5})
   writer.close()

@@ -179,10 +179,13 @@ def test_sft_lowers_nll_and_saves_a_restorable_checkpoint(env, tmp_path):
   config = warm_start.SFTConfig(epochs=4, batch_rows=4, buckets=(TAIL,), seed=1)
   state, layout = _state(tokenizer)
   directory = str(tmp_path / "warm" / "sub")
-  state, metrics = warm_start.sft(state, layout, sequences, config, checkpoint_dir=directory)
+  calls = []
+  state, metrics = warm_start.sft(state, layout, sequences, config, checkpoint_dir=directory,
+                                  progress=lambda done, total: calls.append((done, total)))
   nll = metrics["nll"]
   assert len(nll) == config.epochs + 1
   assert metrics["steps"] == config.epochs * 2
+  assert calls == [(step, config.epochs * 2) for step in range(1, config.epochs * 2 + 1)]
   assert nll[-1] < 0.7 * nll[0], nll
   assert all(b < a for a, b in zip(nll, nll[1:], strict=False)), nll  # every epoch helps
   assert nll[0] > 5.0  # about log(800) at init
