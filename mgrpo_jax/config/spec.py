@@ -90,6 +90,9 @@ def _agent_spec(role: str, preset: str) -> dict[str, Any]:
                             choices=("constant", "cosine")),
           "micro_batch_size": Field(0, "Sequences per micro-batch (0 = whole batch at once).",
                                     low=0),
+          "iterations": Field(1, "mu: optimizer steps on each RL batch (GRPO's inner "
+                              "iterations; the importance ratio and its clip are against "
+                              "the sampler's log-probs).", low=1),
       },
       "loss": {
           "clip_low": Field(0.2, "epsilon_low: lower clip of the importance ratio.", low=0.0,

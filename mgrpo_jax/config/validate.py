@@ -170,6 +170,10 @@ def _check_agent(role: str, agent: Mapping[str, Any], num_steps: int, rows: int)
   if optim["schedule"] == "cosine" and num_steps <= optim["warmup_steps"]:
     _fail(f"{role}.optim.warmup_steps", f"the cosine schedule needs experiment.num_steps = "
           f"{num_steps} > warmup_steps, got {optim['warmup_steps']}")
+  if optim["iterations"] > 1 and loss["old_logp"] != "sampler":
+    _fail(f"{role}.optim.iterations", f"several steps per batch need {role}.loss.old_logp="
+          f"'sampler' (a recomputed pi_old would move with every step), got "
+          f"{optim['iterations']} with {loss['old_logp']!r}")
   micro = optim["micro_batch_size"]
   if micro and rows and rows % micro:
     _fail(f"{role}.optim.micro_batch_size", f"must divide the {role} agent's batch rows "

@@ -14,6 +14,8 @@ keeps the layout's shardings (and is donated), batch rows are split over the mes
   4. loss = `core.losses.policy_loss` with the full batch's normalizer
      (`loss_normalizer`), summed over micro-batches, and its gradient.
   5. AdamW step (global-norm clipping first), step += 1.
+  With `iterations` = mu > 1, steps 1-5 run mu times on the same batch (pi_old stays
+  the sampler's).
 
 Micro-batching: with micro_batch_size = b < N, the batch is cut into N / b micro-batches
 (rows m, m + N/b, m + 2N/b, ...: strided, so each micro-batch stays spread over the
@@ -126,12 +128,16 @@ class UpdateConfig:
       (pi_old = the current params before the update).
     temperature: logits are divided by it before the log-softmax; 1 matches the
       sampler's default `logprobs="model"`.
+    iterations: mu, optimizer steps on each batch (GRPO's inner iterations): every
+      step's ratio is against the same pi_old, the sampler's, so the clip bounds how far
+      the mu steps move the policy. mu > 1 needs old_logp="sampler".
   """
 
   loss: LossConfig = LossConfig()
   micro_batch_size: int = 0
   old_logp: str = "sampler"
   temperature: float = 1.0
+  iterations: int = 1
 
   def __post_init__(self):
     if self.micro_batch_size < 0:
@@ -140,6 +146,11 @@ class UpdateConfig:
       raise ValueError(f"old_logp must be one of {OLD_LOGP_SOURCES}, got {self.old_logp!r}")
     if self.temperature <= 0:
       raise ValueError(f"temperature must be > 0, got {self.temperature}")
+    if self.iterations < 1:
+      raise ValueError(f"optim.iterations must be >= 1, got {self.iterations}")
+    if self.iterations > 1 and self.old_logp != "sampler":
+      raise ValueError(f"optim.iterations={self.iterations} needs loss.old_logp='sampler' "
+                       f"(with {self.old_logp!r}, pi_old would move with every step)")
 
   @property
   def with_reference(self) -> bool:
@@ -150,13 +161,15 @@ class UpdateConfig:
   def from_config(cls, agent: Any) -> UpdateConfig:
     """Builds it from an agent's ConfigDict section (`config.main` or `config.sub`).
 
-    Reads `loss.*` (with `loss.old_logp`), `optim.micro_batch_size`, and
-    `limits.max_context` as the constant length of "seq_mean_token_sum_norm".
+    Reads `loss.*` (with `loss.old_logp`), `optim.micro_batch_size`,
+    `optim.iterations`, and `limits.max_context` as the constant length of
+    "seq_mean_token_sum_norm".
     """
     return cls(loss=LossConfig.from_config(agent["loss"],
                                            max_len=int(agent["limits"]["max_context"])),
                micro_batch_size=int(agent["optim"]["micro_batch_size"]),
-               old_logp=str(agent["loss"]["old_logp"]))
+               old_logp=str(agent["loss"]["old_logp"]),
+               iterations=int(agent["optim"]["iterations"]))
 
 
 def _micro_batches(batch: TrainBatch, micro_batch_size: int, layout: StateLayout
@@ -324,8 +337,11 @@ def make_update_fn(layout: StateLayout, config: UpdateConfig, num_rows: int, *,
       metrics report the learning rate of each step.
 
   Returns:
-    update(state, batch) -> (new state, metrics dict of float32 scalars). `state` is
-    donated: do not use it after the call. `batch` may hold numpy arrays.
+    update(state, batch) -> (new state, metrics dict of float32 scalars): `config.
+    iterations` optimizer steps on `batch`; the metrics are the first step's (at
+    pi_old's parameters), with the last step's clip fractions and approx_kl as
+    `last_*` when there are several. `state` is donated: do not use it after the call.
+    `batch` may hold numpy arrays.
   """
   if config.with_reference != layout.has_reference:
     raise ValueError(f"loss.kl_coef={config.loss.kl_coef} needs a train state "
@@ -342,6 +358,16 @@ def make_update_fn(layout: StateLayout, config: UpdateConfig, num_rows: int, *,
   def update(state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict]:
     if batch.ids.ndim != 2 or batch.ids.shape[0] != num_rows:
       raise ValueError(f"batch.ids must be [N={num_rows}, T], got shape {batch.ids.shape}")
-    return step(state, batch)
+    if config.iterations == 1:
+      return step(state, batch)
+    batch = jax.device_put(batch, batch_shardings(layout, num_rows))  # moved once
+    state, metrics = step(state, batch)
+    for _ in range(config.iterations - 1):
+      state, last = step(state, batch)
+    return state, {**metrics, **{f"last_{k}": last[k] for k in _LAST_METRICS if k in last}}
 
   return update
+
+
+# What the last of several steps on one batch reports: how far the steps moved the policy.
+_LAST_METRICS = ("clip_frac_low", "clip_frac_high", "approx_kl")

@@ -180,6 +180,8 @@ def test_nan_and_inf_are_rejected_naming_the_key(key, value, message):
      r"'sub\.optim\.micro_batch_size': must divide the sub agent's batch rows 128"),
     ({"sub.model.preset": "smollm2_135m", "sub.model.smeared_keys": True},
      r"'sub\.model\.smeared_keys': needs a preset trained from scratch"),
+    ({"main.optim.iterations": 2, "main.loss.old_logp": "recompute"},
+     r"'main\.optim\.iterations': several steps per batch need main\.loss\.old_logp="),
 ])
 def test_cross_key_rules_name_the_key(overrides, message):
   config = base_config()
@@ -197,6 +199,7 @@ def test_cross_key_rules_name_the_key(overrides, message):
     {"sub.optim.micro_batch_size": 96, "experiment.mode": "frozen_sub"},
     {"main.optim.micro_batch_size": 4, "sub.optim.micro_batch_size": 32},
     {"main.optim.schedule": "cosine", "main.optim.warmup_steps": 9},
+    {"main.optim.iterations": 2, "sub.optim.iterations": 4},
 ])
 def test_cross_key_rules_accept_what_works(overrides):
   config = base_config()

@@ -73,6 +73,27 @@ def test_micro_batched_update_equals_full_batch(setup):
   assert moved.max() > 1e-4
 
 
+def test_iterations_are_that_many_steps_on_one_batch(setup):
+  """mu = 3 steps on a batch equal three single-step calls; metrics are the first's."""
+  layout, host, full = setup
+  mu = make_update_fn(layout, UpdateConfig(iterations=3), N,
+                      learning_rate=learning_rate_schedule(OPTIM))
+  batch = _batch(4)
+  state_mu, metrics_mu = mu(_fresh(layout, host), batch)
+  state, first = full(_fresh(layout, host), batch)
+  for _ in range(2):
+    state, last = full(state, batch)
+  assert int(state_mu.step) == int(state.step) == 3
+  for got, want in zip(jax.tree.leaves(state_mu), jax.tree.leaves(state), strict=True):
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-6, rtol=0)
+  for name, value in first.items():
+    np.testing.assert_allclose(metrics_mu[name], value, rtol=1e-6, err_msg=name)
+  np.testing.assert_allclose(metrics_mu["last_approx_kl"], last["approx_kl"], rtol=1e-5)
+  assert abs(float(metrics_mu["last_approx_kl"]) - float(first["approx_kl"])) > 1e-3  # moved
+  with pytest.raises(ValueError, match="optim.iterations=2 needs loss.old_logp='sampler'"):
+    UpdateConfig(iterations=2, old_logp="recompute")
+
+
 def test_metrics_match_an_independent_computation(setup):
   layout, host, full = setup
   batch = _batch(3)
@@ -147,4 +168,5 @@ def test_bad_batches_and_options_are_rejected(setup):
         {"loss": {"clip_low": 0.2, "clip_high": 0.28, "ratio": "token",
                   "aggregation": "token_mean", "kl_coef": 0.1, "kl_estimator": "k3",
                   "clip_ratio_c": 0.0, "old_logp": "sampler"},
-         "optim": {"micro_batch_size": 0}, "limits": {"max_context": 64}}), N)
+         "optim": {"micro_batch_size": 0, "iterations": 1}, "limits": {"max_context": 64}}),
+        N)
