@@ -26,9 +26,9 @@ from mgrpo_jax.training import (
   create_mesh,
   create_train_state,
   make_optimizer,
-  warm_start,
 )
-from mgrpo_jax.training.copy_curriculum import copy_accuracy, copy_sequences
+from mgrpo_jax.warm_start import sft
+from mgrpo_jax.warm_start.copy_curriculum import copy_accuracy, copy_sequences
 
 
 def learning_curve(smeared: bool, args) -> tuple[list[tuple[int, float]], float]:
@@ -44,10 +44,10 @@ def learning_curve(smeared: bool, args) -> tuple[list[tuple[int, float]], float]
   curve, seconds = [], 0.0
   for chunk in range(args.steps // args.every):
     data = copy_sequences(args.every * args.rows, tokens, length=args.length, seed=chunk)
-    sft_config = warm_start.SFTConfig(epochs=1, batch_rows=args.rows, buckets=(args.length,),
+    sft_config = sft.SFTConfig(epochs=1, batch_rows=args.rows, buckets=(args.length,),
                                       seed=chunk, nll_every_epoch=False)
     started = time.perf_counter()
-    state, _ = warm_start.sft(state, layout, data, sft_config)
+    state, _ = sft.sft(state, layout, data, sft_config)
     seconds += time.perf_counter() - started
     accuracy = copy_accuracy(nnx.merge(layout.graphdef, state.params), held_out)
     curve.append(((chunk + 1) * args.every, accuracy))

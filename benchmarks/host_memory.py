@@ -1,6 +1,6 @@
 """Benchmark: warm-start SFT steps with glibc's huge-page tunable against without it.
 
-The same work twice, each in a fresh process: `--steps` SFT steps (`warm_start.sft`,
+The same work twice, each in a fresh process: `--steps` SFT steps (`sft.sft`,
 the demo's `small` model with smeared keys, 16 rows x `--seq` tokens of random ids, a
 third of each row prompt) after one compiling step, once with
 GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (`mgrpo_jax/utils/host_memory.py`) and once with
@@ -33,9 +33,9 @@ def timed_steps(steps: int, seq: int) -> dict:
     create_mesh,
     create_train_state,
     make_optimizer,
-    warm_start,
   )
   from mgrpo_jax.training.batching import TokenSequence
+  from mgrpo_jax.warm_start import sft
 
   model = init_model(get_config("small", vocab_size=1024, max_seq_len=seq,
                                 smeared_keys=True), 0)
@@ -47,11 +47,11 @@ def timed_steps(steps: int, seq: int) -> dict:
   mask[:seq // 3] = 0.0
   rows = [TokenSequence(rng.integers(4, 1024, seq).astype(np.int32), mask,
                         np.zeros(seq, np.float32)) for _ in range(16 * (steps + 1))]
-  config = warm_start.SFTConfig(epochs=1, batch_rows=16, buckets=(seq,),
+  config = sft.SFTConfig(epochs=1, batch_rows=16, buckets=(seq,),
                                 nll_every_epoch=False, nll_sequences=16)
-  state, _ = warm_start.sft(state, layout, rows[:16], config)  # compiles
+  state, _ = sft.sft(state, layout, rows[:16], config)  # compiles
   before, started = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-  state, metrics = warm_start.sft(state, layout, rows[16:], config)
+  state, metrics = sft.sft(state, layout, rows[16:], config)
   wall = time.perf_counter() - started
   after = resource.getrusage(resource.RUSAGE_SELF)
   return {"wall": wall, "user": after.ru_utime - before.ru_utime,

@@ -18,7 +18,7 @@ compilation_cache.py).
 Multi-host slices: every host of a slice runs the same command with
 --coordinator_address=auto (TPU pod slices: the hosts are found from the environment) or
 --coordinator_address=host:port --num_processes=P --process_id=i; the hosts then form one
-global mesh (mgrpo_jax/training/distributed.py).
+global mesh (mgrpo_jax/scale/distributed.py).
 
 Memory planning without the hardware (docs/SCALING.md):
 
@@ -31,7 +31,7 @@ parameters, optimizer state, gradients, activations and KV cache on the config's
 
 A run records the config keys that define it in <workdir>/run_config.json; rerunning
 with another value of one of them exits 2 naming it (the keys that may change on resume:
-mgrpo_jax/training/run_fingerprint.py, RESUMABLE_KEYS).
+mgrpo_jax/slices/run_fingerprint.py, RESUMABLE_KEYS).
 
 Config keys are overridden with --config.<key>=<value> (all keys: mgrpo_jax/config/spec.py);
 user components (e.g. a reward function) are injected with --gin_file/--gin_bindings
@@ -142,7 +142,7 @@ def _load_config():
 
 def _distributed_config():
   """The multi-host flags, checked together; a bad combination exits 2."""
-  from mgrpo_jax.training.distributed import DistributedConfig
+  from mgrpo_jax.scale.distributed import DistributedConfig
 
   try:
     distributed = DistributedConfig(coordinator_address=_COORDINATOR_ADDRESS.value,
@@ -161,7 +161,7 @@ def _distributed_config():
 
 def _dry_run(config) -> None:
   """Prints the memory plan of each agent of --slice (no devices, nothing allocated)."""
-  from mgrpo_jax.training.planner import format_plan, plan_from_config
+  from mgrpo_jax.scale.planner import format_plan, plan_from_config
 
   roles = ("main", "sub") if _SLICE.value == "all" else (_SLICE.value,)
   try:
@@ -184,15 +184,15 @@ def main(argv: list[str]) -> None:
     # Abstract shapes only: never open (and hold) the accelerators of the host.
     jax.config.update("jax_platforms", "cpu")
   else:
-    from mgrpo_jax.training.distributed import initialize
+    from mgrpo_jax.scale.distributed import initialize
 
     initialize(distributed)  # before any JAX computation, including imports that run one
-  import mgrpo_jax.training  # registers the trainers' gin-configurable components
+  import mgrpo_jax.slices  # the slices' step protocol (run_slice)
 
   workdir = _WORKDIR.value or f"runs/{config.experiment.run_id}"
   if not planning_only:
+    from mgrpo_jax.slices.run_fingerprint import check_fingerprint
     from mgrpo_jax.training.compilation_cache import enable_compilation_cache
-    from mgrpo_jax.training.run_fingerprint import check_fingerprint
 
     try:
       check_fingerprint(config, workdir)  # a resume may not change what defines the run
@@ -213,7 +213,7 @@ def main(argv: list[str]) -> None:
   if _DRY_RUN.value:
     _dry_run(config)
     return
-  mgrpo_jax.training.run_slice(_SLICE.value, config, workdir, _STAGE.value)
+  mgrpo_jax.slices.run_slice(_SLICE.value, config, workdir, _STAGE.value)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ Modules (one job each):
   config         rollout limits (turns, context budgets, tokens per turn, sub-calls)
   policy         the Policy interface and the model policy (wraps `sampling.Sampler`)
   oracle_policy  the world's scripted oracles as a Policy
+  inline_oracle  the single agent's scripted policy (M's oracle, delegations done inline)
   episode        one trajectory under construction (tokens, masks, budgets, history)
   lockstep       one policy call per round for all pending turns of an agent
   sub_client     SubAgentClient interface and the in-process sub-agent
@@ -16,8 +17,8 @@ Modules (one job each):
   modes          mgrpo / frozen_sub / no_alignment / shared_policy / single_agent
   tools          search, visit, reason and the registry
 
-`agents` imports `agents.tools`, `tasks`, `text`, `sampling`, `models`, `core` and
-`utils`, never training. Protocol reference: docs/PROTOCOL.md.
+`agents` imports `agents.tools`, `tasks`, `text`, `sampling`, `models`, `core`, `utils`
+and `config.modes`, never training. Protocol reference: docs/PROTOCOL.md.
 
 The names below are loaded on first use, so importing `mgrpo_jax.agents.tools` (a tool
 server, the world builder) does not pull in JAX or the models.
@@ -28,7 +29,8 @@ import importlib
 _EXPORTS = {
     "config": ("AgentLimits", "RolloutConfig"),
     "controller": ("RolloutBatch", "RolloutController", "RolloutStats"),
-    "modes": ("MODES", "Agent", "check_mode", "make_controller"),
+    "inline_oracle": ("InlineOracle",),
+    "modes": ("MODES", "Agent", "make_controller"),
     "oracle_policy": ("OraclePolicy",),
     "policy": ("Policy", "SamplerPolicy", "TurnOutput", "TurnRequest"),
     "records": ("MainRecord", "SubRecord", "ToolCall", "Trajectory"),

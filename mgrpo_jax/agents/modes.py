@@ -1,4 +1,4 @@
-"""The experiment modes of DESIGN.md built from the same controller.
+"""The rollout controller of each experiment mode (`config.modes`, docs/ALGORITHM.md).
 
   mgrpo          distinct M and S policies (both trained)
   frozen_sub     distinct M and S policies; the trainer never updates S
@@ -20,16 +20,10 @@ from mgrpo_jax.agents.controller import RolloutController
 from mgrpo_jax.agents.policy import Policy
 from mgrpo_jax.agents.sub_client import InProcessSubAgentClient, Summarizer
 from mgrpo_jax.agents.tools import ToolRegistry
+from mgrpo_jax.config.modes import MODES, Mode, parse_mode
 from mgrpo_jax.text import Tokenizer
 
-MODES = ("mgrpo", "frozen_sub", "no_alignment", "shared_policy", "single_agent")
-
-
-def check_mode(mode: str) -> str:
-  """`mode` itself if it is one of `MODES`; else a `ValueError` naming it."""
-  if mode not in MODES:
-    raise ValueError(f"unknown mode {mode!r}; expected one of {MODES}")
-  return mode
+__all__ = ["MODES", "Agent", "make_controller"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +33,7 @@ class Agent:
   tokenizer: Tokenizer
 
 
-def make_controller(mode: str, main: Agent, registry: ToolRegistry, config: RolloutConfig,
+def make_controller(mode: str | Mode, main: Agent, registry: ToolRegistry, config: RolloutConfig,
                     *, sub: Agent | None = None, summarizer: Summarizer | None = None,
                     main_spec: specs.AgentSpec | None = None,
                     sub_spec: specs.AgentSpec = specs.SUB) -> RolloutController:
@@ -48,17 +42,18 @@ def make_controller(mode: str, main: Agent, registry: ToolRegistry, config: Roll
   `main_spec` defaults to `specs.SINGLE` for the single agent and `specs.MAIN` otherwise;
   pass variants (e.g. with a short system prompt) to change prompts or tools.
   """
-  if check_mode(mode) == "single_agent":
+  mode = parse_mode(mode)
+  if mode.single:
     if sub is not None:
       raise ValueError("single_agent has no sub-agent: do not pass `sub`")
     return RolloutController(main.policy, main.tokenizer, registry, config,
                              spec=main_spec or specs.SINGLE)
-  if mode == "shared_policy":
+  if mode.shared:
     if sub is not None and sub != main:
       raise ValueError("shared_policy uses the main agent in both roles: do not pass `sub`")
     sub = main
   if sub is None:
-    raise ValueError(f"mode {mode!r} needs a sub-agent: pass `sub`")
+    raise ValueError(f"mode {mode.name!r} needs a sub-agent: pass `sub`")
   client = InProcessSubAgentClient(sub.policy, sub.tokenizer, registry, config,
                                    summarizer=summarizer, spec=sub_spec)
   return RolloutController(main.policy, main.tokenizer, registry, config, sub_client=client,

@@ -12,7 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-MODES = ("mgrpo", "frozen_sub", "single_agent", "shared_policy", "no_alignment")
+from mgrpo_jax.config.modes import MODES
+
 MODEL_PRESETS = ("tiny", "small", "smollm2_135m", "qwen2_5_0_5b", "qwen2_5_7b", "llama3_2_1b")
 # Presets loaded with pretrained weights (the others start from a seeded init).
 PRETRAINED_PRESETS = ("smollm2_135m",)

@@ -15,6 +15,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from mgrpo_jax.config.modes import parse_mode
 from mgrpo_jax.config.spec import MODEL_PRESETS, PRETRAINED_PRESETS, SPEC, Field
 
 
@@ -27,10 +28,6 @@ class ConfigError(ValueError):
 # import; tests/unit/test_config.py checks that the two agree), at most 128 characters.
 _RUN_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 _LOOPBACK_NAMES = ("localhost",)
-# Modes with a separate sub slice (training/slice_common.DECOUPLED_MODES) and those
-# whose sub slice trains S on [B * K * D] rows.
-_DECOUPLED_MODES = ("mgrpo", "frozen_sub", "no_alignment")
-_SUB_TRAINED_MODES = ("mgrpo", "no_alignment")
 _SCRATCH_PRESETS = tuple(p for p in MODEL_PRESETS if p not in PRETRAINED_PRESETS)
 
 
@@ -120,7 +117,6 @@ def is_loopback(host: str) -> bool:
 
 def _check_cross_keys(config: Mapping[str, Any]) -> None:
   experiment, mgrpo = config["experiment"], config["mgrpo"]
-  mode = experiment["mode"]
   if not _RUN_ID.fullmatch(experiment["run_id"]):
     _fail("experiment.run_id", f"{experiment['run_id']!r} is not a store key segment: "
           "1 to 128 letters, digits, '_', '-', '.' (not first)")
@@ -146,7 +142,9 @@ def _check_cross_keys(config: Mapping[str, Any]) -> None:
           "environment variable holding it (or bind 127.0.0.1)")
   rollouts = mgrpo["queries_per_step"] * mgrpo["rollouts_per_query"]
   rows = {"main": rollouts,
-          "sub": rollouts * mgrpo["aligned_sub_calls"] if mode in _SUB_TRAINED_MODES else 0}
+          # the sub slice trains S on [B * K * D] rows
+          "sub": rollouts * mgrpo["aligned_sub_calls"]
+                 if parse_mode(experiment["mode"]).sub_trained else 0}
   for role in ("main", "sub"):
     _check_agent(role, config[role], experiment["num_steps"], rows[role])
 

@@ -1,7 +1,8 @@
 """Where the sub-agent service listens: a fixed `serving.host:port`, or a published file.
 
 With `serving.port = 0` the service binds a free port and publishes `{"host", "port"}`
-atomically (`encode_address`) in `<root>/sub/service.json`; the main slice reads it (again after every
+atomically (`encode_address`) in the run's `<local>/sub/service.json`
+(`training.paths.RunPaths.service_address`); the main slice reads it (again after every
 connection failure, so a restarted sub slice on a new port is found).
 """
 
@@ -12,10 +13,6 @@ import os
 import pathlib
 
 Address = tuple[str, int]
-
-
-def address_file(root: str | os.PathLike[str]) -> pathlib.Path:
-  return pathlib.Path(root) / "sub" / "service.json"
 
 
 def encode_address(address: Address) -> bytes:

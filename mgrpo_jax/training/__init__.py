@@ -14,9 +14,11 @@ Each agent (main M, sub-agent S) owns a mesh, an optimizer, a `TrainState` and a
   state, metrics = update(state, batch)
   AgentCheckpointer(directory, layout, CheckpointConfig.from_config(config.checkpoint))
 
-The RL trainers compose these per slice: `run_slice("main" | "sub" | "all", config,
-workdir)` (`run.py`; the main slice in `main_trainer.py`, the sub slice and its
-sub-agent service in `sub_trainer.py`, the step's math in `step_math.py`).
+Also here: what an agent is built from (`agent_setup`: tokenizer, model, sampler, train
+state; `tokenizer_corpus`: the world tokenizer's training text), the run's data
+(`data`), its folder layout (`paths`), crash-safe files (`files`), the compilation cache
+and the Hugging Face export. The two slices' step protocol composes these in
+`mgrpo_jax.slices`.
 """
 
 from mgrpo_jax.training.batching import (
@@ -33,7 +35,6 @@ from mgrpo_jax.training.optimizer import (
     learning_rate_schedule,
     make_optimizer,
 )
-from mgrpo_jax.training.run import run_slice
 from mgrpo_jax.training.train_state import (
     StateLayout,
     TrainState,
@@ -52,5 +53,5 @@ __all__ = [
     "MeshConfig", "OptimizerConfig", "StateLayout", "TokenSequence", "TrainBatch",
     "TrainState", "UpdateConfig", "aligned_batch", "batch_shardings", "create_mesh",
     "create_train_state", "learning_rate_schedule", "make_optimizer", "make_update_fn",
-    "pack_sequences", "replicated", "run_slice", "split_rng",
+    "pack_sequences", "replicated", "split_rng",
 ]

@@ -26,11 +26,12 @@ from typing import Any
 import gin
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from mgrpo_jax.agents import protocol, specs
 from mgrpo_jax.agents.config import AgentLimits, RolloutConfig
 from mgrpo_jax.agents.policy import SamplerPolicy
+from mgrpo_jax.agents.tools import make_registry
+from mgrpo_jax.config.modes import parse_mode
 from mgrpo_jax.config.spec import PRETRAINED_PRESETS
 from mgrpo_jax.models import get_config, init_model, load_pretrained
 from mgrpo_jax.sampling import Sampler, SamplerConfig, SamplingParams
@@ -40,7 +41,6 @@ from mgrpo_jax.training.data import world_rendering
 from mgrpo_jax.training.files import file_lock
 from mgrpo_jax.training.mesh import MeshConfig, create_mesh
 from mgrpo_jax.training.optimizer import OptimizerConfig, make_optimizer
-from mgrpo_jax.training.slice_common import make_registry
 from mgrpo_jax.training.tokenizer_corpus import protocol_symbols, tokenizer_corpus
 from mgrpo_jax.training.train_state import StateLayout, TrainState, create_train_state
 from mgrpo_jax.training.update import UpdateConfig
@@ -159,7 +159,7 @@ def rollout_config(config) -> RolloutConfig:
 def agent_specs(config) -> tuple[specs.AgentSpec, specs.AgentSpec]:
   """(M's or the single agent's spec, S's spec) with `prompts.system`'s system prompts."""
   style = str(config.prompts.system)
-  main_role = "single" if config.experiment.mode == "single_agent" else "main"
+  main_role = parse_mode(str(config.experiment.mode)).main_role
   return specs.spec_for(main_role, style), specs.spec_for("sub", style)
 
 
@@ -228,16 +228,3 @@ def restore_init_params(trainer: AgentTrainer, directory: str) -> dict[str, Any]
   trainer.state = trainer.state.replace(
       params=params, ref_params=None if ref is None else jax.tree.map(jnp.copy, params))
   return metadata
-
-
-def params_copy(state: TrainState):
-  """A copy of the params that survives the next (donating) update: what a sampler reads."""
-  return jax.tree.map(jnp.copy, state.params)
-
-
-def tree_equal(a, b) -> bool:
-  """Whether two parameter trees are bitwise equal."""
-  leaves_a, leaves_b = jax.tree.leaves(a), jax.tree.leaves(b)
-  return len(leaves_a) == len(leaves_b) and all(
-      np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(leaves_a, leaves_b,
-                                                                    strict=True))

@@ -20,7 +20,7 @@ import pathlib
 
 import jax
 
-from mgrpo_jax.training.slice_common import RunPaths
+from mgrpo_jax.training.paths import RunPaths
 
 
 def compilation_cache_dir(config, workdir: str) -> str | None:

@@ -18,12 +18,12 @@ import pathlib
 
 from flax import nnx
 
+from mgrpo_jax.config.modes import parse_mode
 from mgrpo_jax.models.weights.hf_export import export_hf_folder
 from mgrpo_jax.text import CHATML_TEMPLATE
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.checkpoint import AgentCheckpointer, restore_params
-from mgrpo_jax.training.pipeline import trained_roles, warm_start_folder
-from mgrpo_jax.training.slice_common import RunPaths
+from mgrpo_jax.training.paths import RunPaths, warm_start_folder
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,10 +61,10 @@ def export_agent(config, workdir: str | os.PathLike, role: str, out: str | os.Pa
     FileNotFoundError: the run holds no checkpoint of the agent (the message names the
       folders looked in).
   """
-  mode = str(config.experiment.mode)
-  if role not in trained_roles(mode):
-    raise ValueError(f"agent {role!r} has no weights of its own in experiment.mode={mode!r} "
-                     f"(agents: {list(trained_roles(mode))})")
+  mode = parse_mode(str(config.experiment.mode))
+  if role not in mode.agents:
+    raise ValueError(f"agent {role!r} has no weights of its own in experiment.mode="
+                     f"{mode.name!r} (agents: {list(mode.agents)})")
   paths = RunPaths.from_config(config, os.fspath(workdir))
   model, tokenizer = agent_setup.build_model(config[role], role, paths.local, config)
   trainer = agent_setup.create_agent_state(model, config[role], role, config)

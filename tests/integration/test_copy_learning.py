@@ -17,9 +17,9 @@ from mgrpo_jax.training import (
   create_mesh,
   create_train_state,
   make_optimizer,
-  warm_start,
 )
-from mgrpo_jax.training.copy_curriculum import copy_accuracy, copy_sequences
+from mgrpo_jax.warm_start import sft
+from mgrpo_jax.warm_start.copy_curriculum import copy_accuracy, copy_sequences
 
 LENGTH, VOCAB, STEPS, ROWS = 128, 512, 300, 16
 TOKENS = np.arange(4, VOCAB, dtype=np.int32)
@@ -30,9 +30,9 @@ def _trained(smeared: bool):
   optimizer = make_optimizer(OptimizerConfig(learning_rate=3e-3, warmup_steps=10, eps=1e-8))
   state, layout = create_train_state(init_model(config, seed=0), optimizer,
                                      create_mesh(MeshConfig()), seed=0)
-  sft_config = warm_start.SFTConfig(epochs=1, batch_rows=ROWS, buckets=(LENGTH,),
+  sft_config = sft.SFTConfig(epochs=1, batch_rows=ROWS, buckets=(LENGTH,),
                                     nll_every_epoch=False)
-  state, metrics = warm_start.sft(state, layout,
+  state, metrics = sft.sft(state, layout,
                                   copy_sequences(STEPS * ROWS, TOKENS, length=LENGTH, seed=1),
                                   sft_config)
   return nnx.merge(layout.graphdef, state.params), metrics

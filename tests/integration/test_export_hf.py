@@ -28,7 +28,7 @@ from mgrpo_jax.text import render_chat
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.checkpoint import AgentCheckpointer
 from mgrpo_jax.training.export import export_agent
-from mgrpo_jax.training.slice_common import RunPaths
+from mgrpo_jax.training.paths import RunPaths
 from mgrpo_jax.training.tokenizer_corpus import tokenizer_corpus
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

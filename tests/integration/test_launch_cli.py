@@ -81,7 +81,7 @@ def test_resuming_with_another_defining_value_exits_2_naming_the_key(tmp_path):
   """The first launch records the run's defining keys (here written as that launch would),
   a relaunch with another K is refused before anything runs."""
   from mgrpo_jax.config import base_config
-  from mgrpo_jax.training.run_fingerprint import check_fingerprint
+  from mgrpo_jax.slices.run_fingerprint import check_fingerprint
 
   check_fingerprint(base_config(), str(tmp_path))  # configs/default.py's values
   proc = run("--slice=main", f"--workdir={tmp_path}", "--config.mgrpo.rollouts_per_query=4")

@@ -1,7 +1,7 @@
 """Held-out evaluation measures what it claims: the scripted oracles on the test world.
 
 The test world's entities are unseen in training, so a policy must search and read to
-answer. Played by the clean oracles (M and S) through `evaluation.evaluate`, the system
+answer. Played by the clean oracles (M and S) through `held_out.evaluate`, the system
 answers almost every test question; with the noisy oracles' systematic mistakes the
 targeted question types drop (puzzles go to S instead of the reason tool). An
 evaluation that mixed up worlds, questions or scoring fails one of these bounds.
@@ -13,10 +13,11 @@ import pytest
 
 from configs.local_demo import get_config
 from mgrpo_jax.agents import Agent, OraclePolicy
+from mgrpo_jax.evaluation import held_out
 from mgrpo_jax.tasks.oracle import OracleMainAgent, OracleSubAgent
 from mgrpo_jax.tasks.oracle.noise import MainNoise, SubNoise
 from mgrpo_jax.text import SentencePieceTokenizer
-from mgrpo_jax.training import agent_setup, evaluation
+from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.data import ensure_world, load_questions
 from mgrpo_jax.training.tokenizer_corpus import tokenizer_corpus
 
@@ -40,7 +41,7 @@ def _result(setup, rate, world="test_world", sub_tokenizer=None):
   sub = Agent(OraclePolicy(OracleSubAgent(SubNoise(rate=rate)), sub_tokenizer),
               sub_tokenizer)
   main_spec, sub_spec = agent_setup.agent_specs(config)
-  return evaluation.evaluate("mgrpo", main, sub,
+  return held_out.evaluate("mgrpo", main, sub,
                              agent_setup.tool_registry(world_path, config, world=world),
                              agent_setup.rollout_config(config), questions, samples=1, key=0,
                              main_spec=main_spec, sub_spec=sub_spec)
@@ -75,7 +76,7 @@ def test_the_sub_agent_may_have_its_own_vocabulary(setup, tmp_path):
   assert ([sub_tokenizer.decode(r.trajectory.ids.tolist()) for r in own.sub]
           == [tokenizer.decode(r.trajectory.ids.tolist()) for r in shared.sub])
   delegating = [r for r in own.main if r.num_sub_calls]
-  summary = evaluation.summarize(delegating, own.sub, {q.id: q for q in questions},
+  summary = held_out.summarize(delegating, own.sub, {q.id: q for q in questions},
                                  tokenizer, sub_tokenizer)
   first = next(r for r in own.sub if (r.query_id, r.rollout_index) == delegating[0].key)
   assert summary["examples"][0]["sub"] == sub_tokenizer.decode(first.trajectory.ids.tolist())

@@ -68,8 +68,7 @@ def worker(port: int, process_id: int, out_dir: str) -> None:
   import jax
   from jax.experimental import multihost_utils
 
-  from mgrpo_jax.training import batch_shardings
-  from mgrpo_jax.training.distributed import (
+  from mgrpo_jax.scale.distributed import (
     DistributedConfig,
     global_batch,
     initialize,
@@ -78,6 +77,7 @@ def worker(port: int, process_id: int, out_dir: str) -> None:
     process_rows,
     process_zero_only,
   )
+  from mgrpo_jax.training import batch_shardings
 
   initialize(DistributedConfig(coordinator_address=f"127.0.0.1:{port}",
                                num_processes=NUM_PROCESSES, process_id=process_id,

@@ -131,7 +131,7 @@ def _check_checkpoints(config, workdir: pathlib.Path, cache: pathlib.Path, monke
   """Both agents' checkpoints at step 2 against the pretrained SmolLM2 parameters."""
   from mgrpo_jax.training import agent_setup
   from mgrpo_jax.training.checkpoint import AgentCheckpointer
-  from mgrpo_jax.training.slice_common import RunPaths
+  from mgrpo_jax.training.paths import RunPaths
 
   monkeypatch.setenv("MGRPO_JAX_CACHE", str(cache))
   paths = RunPaths.from_config(config, str(workdir))

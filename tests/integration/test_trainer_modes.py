@@ -20,7 +20,7 @@ from mgrpo_jax.metrics.writer import read_metrics
 from mgrpo_jax.store import open_store
 from mgrpo_jax.store.schema import SliceAck, ack_key
 from mgrpo_jax.training import agent_setup
-from mgrpo_jax.training.slice_common import RunPaths
+from mgrpo_jax.training.paths import RunPaths
 
 RUN_ID = "local_demo"
 

@@ -6,8 +6,8 @@ import pytest
 
 from mgrpo_jax.serving.remote_client import RemoteSubAgentClient
 from mgrpo_jax.serving.rpc import RpcServer, ServiceUnavailableError
+from mgrpo_jax.slices.main_slice import wait_for_sub_ack
 from mgrpo_jax.store import StoreTimeoutError, open_store
-from mgrpo_jax.training.main_trainer import wait_for_sub_ack
 
 KEY = "runs/r/step_00000000/ack_sub"
 

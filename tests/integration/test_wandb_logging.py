@@ -1,6 +1,6 @@
 """Weights & Biases logging (`logging.wandb.*`) in offline mode, read back from the run files.
 
-A slice's metrics writer (`slice_common.metrics_writer`) with W&B on logs the scalars of
+A slice's metrics writer (`scale.writers.metrics_writer`) with W&B on logs the scalars of
 every step to metrics.jsonl, TensorBoard and an offline W&B run; the W&B run's history,
 read from its `.wandb` transaction log with W&B's own reader (`wandb leet inspect
 --json`), holds the same values, and its run record the group, job type, name and config.
@@ -20,7 +20,8 @@ import pytest
 
 from mgrpo_jax.config import apply_overrides, base_config
 from mgrpo_jax.metrics import read_metrics
-from mgrpo_jax.training.slice_common import RunPaths, metrics_writer
+from mgrpo_jax.scale.writers import metrics_writer
+from mgrpo_jax.training.paths import RunPaths
 
 pytest.importorskip("wandb")
 

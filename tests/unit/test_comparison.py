@@ -23,8 +23,8 @@ from mgrpo_jax.metrics.comparison import (
   load_runs,
   write_comparison,
 )
-from mgrpo_jax.training.run import write_launch_files
-from mgrpo_jax.training.slice_common import RunPaths
+from mgrpo_jax.slices.run import write_launch_files
+from mgrpo_jax.training.paths import RunPaths
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mgrpo_jax.config import ConfigError, apply_overrides, base_config, validate
-from mgrpo_jax.training.planner import plan_from_config
+from mgrpo_jax.scale.planner import plan_from_config
 
 jax.config.update("jax_platforms", "cpu")  # abstract shapes only, as the dry run
 

@@ -8,8 +8,8 @@ import pathlib
 import pytest
 
 from mgrpo_jax.config import ConfigError, validate
+from mgrpo_jax.scale.planner import plan_from_config
 from mgrpo_jax.training import agent_setup
-from mgrpo_jax.training.planner import plan_from_config
 
 CONFIG_FILE = pathlib.Path(__file__).resolve().parents[2] / "configs" / "smollm2_deep_research.py"
 AGENTS = ("main", "sub")

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mgrpo_jax.training.batching import TokenSequence
-from mgrpo_jax.training.copy_curriculum import (
+from mgrpo_jax.warm_start.copy_curriculum import (
   copy_accuracy,
   copy_sequences,
   demonstration_token_ids,

@@ -13,7 +13,7 @@ from mgrpo_jax.tasks.renderings import get_rendering
 from mgrpo_jax.tasks.symbolic import questions as symbolic_questions
 from mgrpo_jax.tasks.symbolic import world as symbolic_world
 from mgrpo_jax.training import data
-from mgrpo_jax.training import demonstration_worlds as dw
+from mgrpo_jax.warm_start import demonstration_worlds as dw
 
 
 @pytest.fixture(scope="module")

@@ -68,7 +68,7 @@ def test_progress_line():
 def test_wandb_on_without_the_package_fails_naming_the_key(monkeypatch, tmp_path):
   from mgrpo_jax.config import apply_overrides, base_config
   from mgrpo_jax.metrics import WandbRun
-  from mgrpo_jax.training.run import run_slice
+  from mgrpo_jax.slices.run import run_slice
 
   monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError
   message = r"logging\.wandb\.enabled=true needs the wandb package: pip install 'mgrpo_jax\[wandb\]'"

@@ -13,9 +13,12 @@ import pytest
 from mgrpo_jax.agents import specs
 from mgrpo_jax.agents.records import MainRecord, SubRecord, ToolCall, Trajectory
 from mgrpo_jax.config import base_config
+from mgrpo_jax.config.modes import parse_mode
+from mgrpo_jax.evaluation.held_out import Source, summarize
 from mgrpo_jax.metrics import MetricsWriter
 from mgrpo_jax.metrics.report import greedy_curve, summary_table, write_report
 from mgrpo_jax.models import get_config, init_model
+from mgrpo_jax.slices.pipeline import curve_steps
 from mgrpo_jax.tasks.questions import Question
 from mgrpo_jax.training import (
   MeshConfig,
@@ -25,8 +28,7 @@ from mgrpo_jax.training import (
   make_optimizer,
 )
 from mgrpo_jax.training.checkpoint import restore_params, save_params
-from mgrpo_jax.training.evaluation import Source, summarize
-from mgrpo_jax.training.pipeline import curve_steps, trained_roles, with_init_checkpoints
+from mgrpo_jax.warm_start.stage import with_init_checkpoints
 
 
 def _trajectory(final, format_ok=True, tools=()):
@@ -179,8 +181,8 @@ def test_parameter_checkpoints_restore_bitwise_and_name_a_missing_folder(tmp_pat
 
 
 def test_init_checkpoints_follow_the_mode_and_keep_explicit_ones():
-  assert trained_roles("mgrpo") == ("main", "sub")
-  assert trained_roles("single_agent") == ("main",)
+  assert parse_mode("mgrpo").agents == ("main", "sub")
+  assert parse_mode("single_agent").agents == ("main",)
   config = base_config()
   config.sub.model.init_checkpoint = "mine"
   out = with_init_checkpoints(config, {"main": "ws/main", "sub": "ws/sub"})

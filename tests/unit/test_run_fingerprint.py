@@ -7,7 +7,7 @@ import json
 import pytest
 
 from mgrpo_jax.config import ConfigError, apply_overrides, base_config, iter_fields
-from mgrpo_jax.training.run_fingerprint import (
+from mgrpo_jax.slices.run_fingerprint import (
   FINGERPRINT_KEY,
   RESUMABLE_KEYS,
   check_fingerprint,

@@ -14,7 +14,7 @@ import pytest
 from flax import nnx
 
 from mgrpo_jax.models.sharding import batch_sharding, make_mesh
-from mgrpo_jax.training.distributed import (
+from mgrpo_jax.scale.distributed import (
     DistributedConfig,
     allgather_bytes,
     assign_queries,
@@ -156,18 +156,14 @@ def test_host_batch_and_local_replica_keep_values_and_take_the_given_shardings()
 
 
 def test_slice_helpers_with_one_process_are_the_single_process_code(tmp_path):
+  from mgrpo_jax.metrics import MetricsWriter
   from mgrpo_jax.models import get_config, init_model
+  from mgrpo_jax.scale.multihost import device_batch, rollout_model, servable_params
+  from mgrpo_jax.scale.writers import metrics_writer
   from mgrpo_jax.training import MeshConfig, create_mesh, create_train_state
   from mgrpo_jax.training.batching import TrainBatch
   from mgrpo_jax.training.optimizer import OptimizerConfig, make_optimizer
-  from mgrpo_jax.training.slice_common import (
-      MetricsWriter,
-      RunPaths,
-      device_batch,
-      metrics_writer,
-      rollout_model,
-      servable_params,
-  )
+  from mgrpo_jax.training.paths import RunPaths
 
   state, layout = create_train_state(init_model(get_config("tiny"), seed=0),
                                      make_optimizer(OptimizerConfig()),

@@ -9,19 +9,19 @@ import pytest
 from mgrpo_jax.config import base_config
 from mgrpo_jax.models import get_config, init_cache, init_model
 from mgrpo_jax.models.sharding import shard_kv_cache
-from mgrpo_jax.training import (
-    MeshConfig,
-    OptimizerConfig,
-    create_mesh,
-    create_train_state,
-    make_optimizer,
+from mgrpo_jax.scale.planner import (
+  Workload,
+  agent_model_config,
+  format_plan,
+  plan_from_config,
+  plan_memory,
 )
-from mgrpo_jax.training.planner import (
-    Workload,
-    agent_model_config,
-    format_plan,
-    plan_from_config,
-    plan_memory,
+from mgrpo_jax.training import (
+  MeshConfig,
+  OptimizerConfig,
+  create_mesh,
+  create_train_state,
+  make_optimizer,
 )
 
 CONFIG = get_config("tiny", qkv_bias=True, tie_embeddings=False)

@@ -12,8 +12,8 @@ import pytest
 from mgrpo_jax.agents.records import END_RESULT, MainRecord, SubRecord, ToolCall, Trajectory
 from mgrpo_jax.serving.address import encode_address, read_address, service_token
 from mgrpo_jax.serving.sub_service import WeightVersions
+from mgrpo_jax.slices.step_cache import MainStepCache, SubStepCache
 from mgrpo_jax.training.files import atomic_write
-from mgrpo_jax.training.step_cache import MainStepCache, SubStepCache
 
 
 def _trajectory(seed: int) -> Trajectory:

@@ -28,15 +28,16 @@ from mgrpo_jax.agents.tools import SearchIndex, default_registry
 from mgrpo_jax.models import get_config, init_model
 from mgrpo_jax.sampling import Sampler
 from mgrpo_jax.serving.sub_service import NOT_READY, RequestGate, SubAgentService, WeightVersions
+from mgrpo_jax.slices import step_math
 from mgrpo_jax.tasks import pages, questions, world
 from mgrpo_jax.tasks.oracle import OracleSubAgent
 from mgrpo_jax.text import SentencePieceTokenizer
-from mgrpo_jax.training import agent_setup, step_math
 from mgrpo_jax.training.batching import TokenSequence, pack_sequences
 from mgrpo_jax.training.mesh import MeshConfig, create_mesh
 from mgrpo_jax.training.optimizer import OptimizerConfig, make_optimizer
 from mgrpo_jax.training.train_state import create_train_state
 from mgrpo_jax.training.update import UpdateConfig, make_update_fn
+from tests.support import trees
 
 SUB_SPEC = dataclasses.replace(specs.SUB, system="Tools: search(query), visit(page).")
 CONFIG = RolloutConfig(sub=AgentLimits(max_turns=4, context_tokens=1024, max_new_tokens=96))
@@ -160,4 +161,4 @@ def test_shared_policy_update_uses_both_roles_rows(env):
   params_main, tokens_main = updated(padded_main)
   assert tokens_both == main.loss_mask.sum() + sub.loss_mask.sum()
   assert tokens_main == main.loss_mask.sum()
-  assert not agent_setup.tree_equal(params_both, params_main)
+  assert not trees.tree_equal(params_both, params_main)

@@ -12,7 +12,7 @@ import pytest
 
 from mgrpo_jax.agents.records import END_FORMAT, END_RESULT, MainRecord, SubRecord, Trajectory
 from mgrpo_jax.core import alignment
-from mgrpo_jax.training import step_math
+from mgrpo_jax.slices import step_math
 
 WEIGHTS = step_math.RewardWeights()
 ADV = step_math.AdvantageConfig()

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mgrpo_jax.agents import protocol
+from mgrpo_jax.evaluation.turn_accuracy import turn_accuracy, turn_kind, turn_spans
 from mgrpo_jax.training.batching import TokenSequence
-from mgrpo_jax.training.turn_accuracy import turn_accuracy, turn_kind, turn_spans
 
 VOCAB = 16
 

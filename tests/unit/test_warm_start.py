@@ -12,7 +12,6 @@ import pytest
 from flax import nnx
 
 from mgrpo_jax.agents import AgentLimits, RolloutConfig
-from mgrpo_jax.agents.modes import MODES
 from mgrpo_jax.agents.tools import SearchIndex, default_registry
 from mgrpo_jax.models import get_config, init_model, token_logprobs
 from mgrpo_jax.tasks import pages, questions, world
@@ -26,11 +25,12 @@ from mgrpo_jax.training import (
   create_train_state,
   make_optimizer,
   make_update_fn,
-  warm_start,
 )
 from mgrpo_jax.training.batching import TokenSequence
 from mgrpo_jax.training.checkpoint import restore_params
 from mgrpo_jax.training.update import UpdateConfig
+from mgrpo_jax.warm_start import demonstrations, sft
+from tests.support import trees
 
 BUCKETS = (1024, 1536)
 TAIL = 384
@@ -47,7 +47,7 @@ def env(tmp_path_factory):
   qs = questions.synthesize(w, 16, stage=2, seed=2, id_prefix="b")
   tokenizer = SentencePieceTokenizer.train([p.text for p in page_list] + [q.text for q in qs],
                                            tmp_path_factory.mktemp("spm"), 800)
-  demos = warm_start.collect_demonstrations(tokenizer, registry, CONFIG, qs)
+  demos = demonstrations.collect_demonstrations(tokenizer, registry, CONFIG, qs)
   return registry, qs, tokenizer, demos
 
 
@@ -79,14 +79,14 @@ def test_demonstrations_are_the_records_sampled_tokens(env):
   for seq in demos.main:
     assert seq.ids[np.flatnonzero(seq.loss_mask)[-1]] == tokenizer.eos_id
   # The noise is systematic and present: a clean oracle gives other trajectories.
-  clean = warm_start.collect_demonstrations(
+  clean = demonstrations.collect_demonstrations(
     tokenizer, registry, CONFIG, qs, main_noise=MainNoise(rate=0.0),
     sub_noise=SubNoise(rate=0.0))
   noisy_ids = [s.ids.tolist() for s in demos.main]
   clean_ids = [s.ids.tolist() for s in clean.main]
   assert sum(a != b for a, b in zip(noisy_ids, clean_ids, strict=True)) >= 1
   # Deterministic: the same call gives the same tokens.
-  again = warm_start.collect_demonstrations(tokenizer, registry, CONFIG, qs)
+  again = demonstrations.collect_demonstrations(tokenizer, registry, CONFIG, qs)
   assert [s.ids.tolist() for s in again.sub] == [s.ids.tolist() for s in demos.sub]
 
 
@@ -99,9 +99,9 @@ def test_each_agent_demonstrations_are_in_its_own_tokenizer(env, tmp_path):
   # More ids than M's: S's turns stay within max_new_tokens, so M sees the same reports.
   sub_tokenizer = SentencePieceTokenizer.train(corpus, tmp_path, 1000)
   assert sub_tokenizer.vocab_size != tokenizer.vocab_size
-  mixed = warm_start.collect_demonstrations(tokenizer, registry, CONFIG, qs,
+  mixed = demonstrations.collect_demonstrations(tokenizer, registry, CONFIG, qs,
                                             sub_tokenizer=sub_tokenizer)
-  sub_only = warm_start.collect_demonstrations(sub_tokenizer, registry, CONFIG, qs)
+  sub_only = demonstrations.collect_demonstrations(sub_tokenizer, registry, CONFIG, qs)
   assert [s.ids.tolist() for s in mixed.main] == [s.ids.tolist() for s in demos.main]
   assert [s.ids.tolist() for s in mixed.sub] == [s.ids.tolist() for s in sub_only.sub]
   assert [s.ids.tolist() for s in mixed.sub] != [s.ids.tolist() for s in demos.sub]
@@ -121,7 +121,7 @@ def _last_turn(seq):
 
 def test_single_agent_demonstrations_inline_the_sub_agent(env):
   registry, qs, tokenizer, demos = env
-  single = warm_start.collect_demonstrations(tokenizer, registry, CONFIG, qs,
+  single = demonstrations.collect_demonstrations(tokenizer, registry, CONFIG, qs,
                                              mode="single_agent")
   assert len(single.main) == len(qs) and single.sub == []
   # Same oracles, same systematic mistakes: the same final answers as M with S.
@@ -134,15 +134,7 @@ def test_single_agent_demonstrations_inline_the_sub_agent(env):
   main_texts = [tokenizer.decode(seq.ids[seq.loss_mask > 0].tolist()) for seq in demos.main]
   assert sum('"name": "delegate"' in t for t in main_texts) >= len(qs) // 2
   with pytest.raises(ValueError, match="mode must be one of"):
-    warm_start.collect_demonstrations(tokenizer, registry, CONFIG, qs, mode="frozen_sub")
-
-
-def test_demonstration_mode_names_the_demonstrations_of_every_training_mode():
-  assert {mode: warm_start.demonstration_mode(mode) for mode in MODES} == {
-      "mgrpo": "mgrpo", "frozen_sub": "mgrpo", "no_alignment": "mgrpo",
-      "shared_policy": "mgrpo", "single_agent": "single_agent"}
-  with pytest.raises(ValueError, match="unknown mode 'solo'"):
-    warm_start.demonstration_mode("solo")
+    demonstrations.collect_demonstrations(tokenizer, registry, CONFIG, qs, mode="frozen_sub")
 
 
 def test_sft_update_gradient_equals_direct_nll_gradient(env):
@@ -150,7 +142,7 @@ def test_sft_update_gradient_equals_direct_nll_gradient(env):
   rows = 4
   state, layout = _state(tokenizer, tx=optax.sgd(1.0))
   before = jax.tree.map(np.asarray, state.params)
-  batch = warm_start.sft_batches([_tail(s) for s in demos.sub[:3]], warm_start.SFTConfig(
+  batch = sft.sft_batches([_tail(s) for s in demos.sub[:3]], sft.SFTConfig(
     batch_rows=rows, buckets=(TAIL,)), epoch=0)[0]
   assert batch.weights.tolist() == [1, 1, 1, 0]  # one empty padding row
 
@@ -161,7 +153,7 @@ def test_sft_update_gradient_equals_direct_nll_gradient(env):
 
   expected = jax.jit(jax.grad(direct_nll))(state.params)
   expected = jax.tree.map(np.asarray, expected)
-  update = make_update_fn(layout, warm_start.sft_update_config(), rows)
+  update = make_update_fn(layout, sft.sft_update_config(), rows)
   state, metrics = update(state, batch)
   got = jax.tree.map(lambda a, b: a - np.asarray(b), before, state.params)  # lr 1 SGD
   assert float(metrics["ratio_min"]) == 1.0 and float(metrics["ratio_max"]) == 1.0
@@ -176,11 +168,11 @@ def test_sft_lowers_nll_and_saves_a_restorable_checkpoint(env, tmp_path):
   _, _, tokenizer, demos = env
   # A small slice keeps it fast: the tails of 8 S demonstrations, 2 batches per epoch.
   sequences = [_tail(s) for s in demos.sub[:8]]
-  config = warm_start.SFTConfig(epochs=4, batch_rows=4, buckets=(TAIL,), seed=1)
+  config = sft.SFTConfig(epochs=4, batch_rows=4, buckets=(TAIL,), seed=1)
   state, layout = _state(tokenizer)
   directory = str(tmp_path / "warm" / "sub")
   calls = []
-  state, metrics = warm_start.sft(state, layout, sequences, config, checkpoint_dir=directory,
+  state, metrics = sft.sft(state, layout, sequences, config, checkpoint_dir=directory,
                                   progress=lambda done, total: calls.append((done, total)))
   nll = metrics["nll"]
   assert len(nll) == config.epochs + 1
@@ -192,38 +184,38 @@ def test_sft_lowers_nll_and_saves_a_restorable_checkpoint(env, tmp_path):
   # The parameter checkpoint restores bitwise into a fresh state of the same shape...
   fresh, fresh_layout = _state(tokenizer, seed=7)
   params, meta = restore_params(directory, fresh_layout.abstract.params)
-  assert agent_setup.tree_equal(params, state.params)
+  assert trees.tree_equal(params, state.params)
   np.testing.assert_allclose(meta["warm_start"]["nll"], nll)
   # ... and the RL trainers' `model.init_checkpoint` path accepts it, also into a state
   # with a reference policy (KL > 0): params and reference both become the warm start.
   trainer = agent_setup.AgentTrainer(fresh, fresh_layout, UpdateConfig(), OPTIM)
-  assert not agent_setup.tree_equal(trainer.state.params, state.params)
+  assert not trees.tree_equal(trainer.state.params, state.params)
   agent_setup.restore_init_params(trainer, directory)
-  assert agent_setup.tree_equal(trainer.state.params, state.params)
+  assert trees.tree_equal(trainer.state.params, state.params)
   assert int(trainer.state.step) == 0
   with_ref, ref_layout = create_train_state(_model(tokenizer, 3), make_optimizer(OPTIM),
                                             create_mesh(MeshConfig()), seed=0,
                                             with_reference=True)
   ref_trainer = agent_setup.AgentTrainer(with_ref, ref_layout, UpdateConfig(), OPTIM)
   agent_setup.restore_init_params(ref_trainer, directory)
-  assert agent_setup.tree_equal(ref_trainer.state.params, state.params)
-  assert agent_setup.tree_equal(ref_trainer.state.ref_params, state.params)
-  assert warm_start.demonstration_nll(trainer.state, fresh_layout, sequences,
+  assert trees.tree_equal(ref_trainer.state.params, state.params)
+  assert trees.tree_equal(ref_trainer.state.ref_params, state.params)
+  assert sft.demonstration_nll(trainer.state, fresh_layout, sequences,
                                       config) == pytest.approx(nll[-1], rel=1e-5)
   # The NLL on a subset is the NLL of exactly those sequences.
   subset = dataclasses.replace(config, nll_sequences=3)
-  assert warm_start.demonstration_nll(trainer.state, fresh_layout, sequences, subset) == (
-      pytest.approx(warm_start.demonstration_nll(
+  assert sft.demonstration_nll(trainer.state, fresh_layout, sequences, subset) == (
+      pytest.approx(sft.demonstration_nll(
           trainer.state, fresh_layout, [sequences[i] for i in (0, 3, 7)], config), rel=1e-6))
 
 
 def test_nll_subsets_are_evenly_spaced_and_all_for_zero():
   items = list(range(10))
-  assert warm_start.nll_subset(items, 3) == [0, 4, 9]
-  assert warm_start.nll_subset(items, 0) is items
-  assert warm_start.nll_subset(items, 12) is items
+  assert sft.nll_subset(items, 3) == [0, 4, 9]
+  assert sft.nll_subset(items, 0) is items
+  assert sft.nll_subset(items, 12) is items
   with pytest.raises(ValueError, match="nll_sequences"):
-    warm_start.SFTConfig(nll_sequences=-1)
+    sft.SFTConfig(nll_sequences=-1)
 
 
 def test_length_groups_keep_every_sequence_once_and_cut_padding():
@@ -232,18 +224,18 @@ def test_length_groups_keep_every_sequence_once_and_cut_padding():
   sequences = [TokenSequence(np.full(n, i, np.int32), np.r_[0, np.ones(n - 1)].astype(np.float32),
                              np.zeros(n, np.float32)) for i, n in enumerate(lengths)]
   buckets = (128, 256, 384, 512)
-  plain = warm_start.SFTConfig(batch_rows=8, buckets=buckets, seed=3)
-  grouped = warm_start.SFTConfig(batch_rows=8, buckets=buckets, seed=3, length_groups=8)
+  plain = sft.SFTConfig(batch_rows=8, buckets=buckets, seed=3)
+  grouped = sft.SFTConfig(batch_rows=8, buckets=buckets, seed=3, length_groups=8)
 
   def seen(batches):
     ids = [int(row[0]) for b in batches for row, w in zip(b.ids, b.weights, strict=True) if w]
     return sorted(ids)
 
   for epoch in range(2):
-    plain_batches = warm_start.sft_batches(sequences, plain, epoch)
-    grouped_batches = warm_start.sft_batches(sequences, grouped, epoch)
+    plain_batches = sft.sft_batches(sequences, plain, epoch)
+    grouped_batches = sft.sft_batches(sequences, grouped, epoch)
     assert seen(plain_batches) == seen(grouped_batches) == list(range(64))
     padded = [sum(b.ids.size for b in bs) for bs in (plain_batches, grouped_batches)]
     assert padded[1] < 0.8 * padded[0], padded
-  assert [b.ids.tolist() for b in warm_start.sft_batches(sequences, grouped, 1)] == [
-      b.ids.tolist() for b in warm_start.sft_batches(sequences, grouped, 1)]  # seeded
+  assert [b.ids.tolist() for b in sft.sft_batches(sequences, grouped, 1)] == [
+      b.ids.tolist() for b in sft.sft_batches(sequences, grouped, 1)]  # seeded

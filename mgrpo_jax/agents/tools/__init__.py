@@ -7,6 +7,8 @@ evaluator. This package imports nothing from tasks, models or training.
 
 from __future__ import annotations
 
+import pathlib
+
 from mgrpo_jax.agents.tools.base import Tool, ToolRegistry, ToolResult, validate_args
 from mgrpo_jax.agents.tools.reason import DEFAULT_LIMITS, Limits, evaluate, make_reason_tool
 from mgrpo_jax.agents.tools.search import (
@@ -25,6 +27,22 @@ def default_registry(index: SearchIndex, *, top_n: int = 5, visit_budget: int = 
                        make_reason_tool(limits)])
 
 
+def index_registry(index_path: pathlib.Path, *, top_n: int = 5, visit_budget: int = 1500
+                   ) -> ToolRegistry:
+  """search / visit / reason over the SQLite FTS5 index at `index_path`."""
+  return default_registry(SearchIndex.open(index_path), top_n=top_n, visit_budget=visit_budget)
+
+
+def make_registry(world_path: pathlib.Path, *, world: str = "train_world", top_n: int = 5,
+                  visit_budget: int = 1500) -> ToolRegistry:
+  """search / visit / reason over the built index of `world` ("train_world", "test_world")
+  in a built world folder (`<world_path>/index/<world>.sqlite`)."""
+  if world not in ("train_world", "test_world"):
+    raise ValueError(f"world must be 'train_world' or 'test_world', got {world!r}")
+  return index_registry(world_path / "index" / f"{world}.sqlite", top_n=top_n,
+                        visit_budget=visit_budget)
+
+
 __all__ = ["Limits", "SearchIndex", "Tool", "ToolRegistry", "ToolResult", "build_index",
-           "default_registry", "evaluate", "make_reason_tool", "make_search_tool",
-           "make_visit_tool", "validate_args"]
+           "default_registry", "evaluate", "index_registry", "make_reason_tool",
+           "make_registry", "make_search_tool", "make_visit_tool", "validate_args"]

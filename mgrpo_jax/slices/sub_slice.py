@@ -1,4 +1,4 @@
-"""The sub slice: the sub-agent service and S's trainer (DESIGN.md, "Data flow of one step").
+"""The sub slice: the sub-agent service and S's trainer (docs/ALGORITHM.md, "The step protocol").
 
 On start: restore S's latest checkpoint (its metadata `steps_done` = v, S's weight
 version), publish versions max(0, v - staleness)..v to the service (older ones from
@@ -36,35 +36,26 @@ import dataclasses
 
 import numpy as np
 
+from mgrpo_jax.config.modes import parse_mode
 from mgrpo_jax.metrics import format_progress
+from mgrpo_jax.scale import distributed
+from mgrpo_jax.scale.multihost import device_batch, multi_host, rollout_model, servable_params
+from mgrpo_jax.scale.writers import log, metrics_writer
 from mgrpo_jax.serving.address import encode_address, service_token
 from mgrpo_jax.serving.sub_service import RequestGate, SubAgentService, WeightVersions
+from mgrpo_jax.slices import step_math
+from mgrpo_jax.slices.common import Timer, check_config, describe_steps, open_run_store
+from mgrpo_jax.slices.faults import crash_point
+from mgrpo_jax.slices.step_cache import SubStepCache
 from mgrpo_jax.store.schema import MainOutcomes, SliceAck, ack_key, outcomes_key
-from mgrpo_jax.training import agent_setup, distributed, step_math
+from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.batching import TrainBatch
 from mgrpo_jax.training.checkpoint import AgentCheckpointer, CheckpointConfig
 from mgrpo_jax.training.data import ensure_world, load_questions, world_rendering
-from mgrpo_jax.training.faults import crash_point
 from mgrpo_jax.training.files import atomic_write
 from mgrpo_jax.training.optimizer import learning_rate_schedule
-from mgrpo_jax.training.slice_common import (
-  DECOUPLED_MODES,
-  RunPaths,
-  Timer,
-  check_config,
-  describe_steps,
-  device_batch,
-  log,
-  metrics_writer,
-  multi_host,
-  open_run_store,
-  rollout_model,
-  servable_params,
-)
-from mgrpo_jax.training.step_cache import SubStepCache
+from mgrpo_jax.training.paths import RunPaths
 from mgrpo_jax.training.update import make_update_fn
-
-TRAINED_MODES = ("mgrpo", "no_alignment")
 
 
 def _acked_steps(store, run_id: str, num_steps: int) -> int:
@@ -89,9 +80,9 @@ def score_sub_records(indexed, query_ids, correct, questions_by_id, judge):
 
 def run_sub_slice(config, workdir: str) -> None:
   """Runs the sub slice to `experiment.num_steps` (module docstring)."""
-  mode = str(config.experiment.mode)
-  if mode not in DECOUPLED_MODES:
-    log(f"sub slice: mode={mode} has no separate sub-agent slice; nothing to do")
+  mode = parse_mode(str(config.experiment.mode))
+  if not mode.decoupled:
+    log(f"sub slice: mode={mode.name} has no separate sub-agent slice; nothing to do")
     return
   check_config(config)
   paths = RunPaths.from_config(config, workdir)
@@ -100,7 +91,7 @@ def run_sub_slice(config, workdir: str) -> None:
   num_rollouts = int(config.mgrpo.rollouts_per_query)
   num_slots = int(config.mgrpo.aligned_sub_calls)
   staleness = int(config.mgrpo.staleness)
-  trains = mode in TRAINED_MODES
+  trains = mode.sub_trained
   weights = step_math.RewardWeights.from_config(config.rewards)
   advantage = step_math.AdvantageConfig(std=str(config.mgrpo.advantage_std),
                                         eps=float(config.mgrpo.advantage_eps))
@@ -163,9 +154,9 @@ def run_sub_slice(config, workdir: str) -> None:
                          int(config.mgrpo.max_sub_calls)))
     server = service.server(host=str(config.serving.host), port=int(config.serving.port),
                             token=service_token(str(config.serving.token_env))).start()
-    atomic_write(paths.local / "sub" / "service.json", encode_address(server.address))
+    atomic_write(paths.service_address(), encode_address(server.address))
     host, port = server.address
-    log(f"sub slice: mode={mode} serving S on {host}:{port}, "
+    log(f"sub slice: mode={mode.name} serving S on {host}:{port}, "
         f"{describe_steps(start, num_steps)}")
 
   buckets = (int(config.sub.limits.max_context),)  # one T: one compiled update per run
@@ -190,7 +181,7 @@ def run_sub_slice(config, workdir: str) -> None:
                                             arrays["num_sub_calls"])
       scored = score_sub_records(indexed, query_ids, arrays["correct"], questions, judge)
     position = {qid: q for q, qid in enumerate(query_ids)}
-    if mode == "no_alignment":
+    if not mode.aligned:
       keys = [(position[r.query_id], r.rollout_index, r.call_index) for _, r in arrived]
       ordered = [(k, scored[k]) for k in keys]
       return step_math.arrival_sub_step(

@@ -1,8 +1,8 @@
 """`run_slice(slice_name, config, workdir, stage)`: what `launch/tpu_run.py` calls.
 
-  main  the main slice: RL (`main_trainer.run_main_slice`), or with stage "warm_start"
-        M's warm start alone (`pipeline.warm_start_agent`)
-  sub   the sub slice: RL (`sub_trainer.run_sub_slice`), or S's warm start alone
+  main  the main slice: RL (`main_slice.run_main_slice`), or with stage "warm_start"
+        M's warm start alone (`warm_start.stage.warm_start_agent`)
+  sub   the sub slice: RL (`sub_slice.run_sub_slice`), or S's warm start alone
   all   the stages of `pipeline.run_all`: warm start and held-out evaluation when
         configured, around the RL stage. The agents' warm starts and the RL stage run
         as child processes of this one (`run_children`): each `launch/tpu_run.py
@@ -29,7 +29,7 @@ import time
 
 from mgrpo_jax.metrics.wandb_run import import_wandb
 from mgrpo_jax.training.files import atomic_write
-from mgrpo_jax.training.slice_common import RunPaths
+from mgrpo_jax.training.paths import RunPaths
 
 SLICES = ("main", "sub", "all")
 STAGES = ("rl", "warm_start")
@@ -59,16 +59,16 @@ def run_slice(slice_name: str, config, workdir: str, stage: str = "rl") -> None:
     if slice_name not in ("main", "sub"):
       raise ValueError(f"stage 'warm_start' runs one agent: slice 'main' or 'sub', got "
                        f"{slice_name!r} (slice 'all' runs every stage)")
-    from mgrpo_jax.training.pipeline import warm_start_agent
+    from mgrpo_jax.warm_start.stage import warm_start_agent
     warm_start_agent(config, workdir, slice_name)
   elif slice_name == "main":
-    from mgrpo_jax.training.main_trainer import run_main_slice
+    from mgrpo_jax.slices.main_slice import run_main_slice
     run_main_slice(config, workdir)
   elif slice_name == "sub":
-    from mgrpo_jax.training.sub_trainer import run_sub_slice
+    from mgrpo_jax.slices.sub_slice import run_sub_slice
     run_sub_slice(config, workdir)
   elif slice_name == "all":
-    from mgrpo_jax.training.pipeline import run_all
+    from mgrpo_jax.slices.pipeline import run_all
     run_all(config, workdir, run_children)
   else:
     raise ValueError(f"slice must be one of {SLICES}, got {slice_name!r}")

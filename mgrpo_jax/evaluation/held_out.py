@@ -49,13 +49,16 @@ from mgrpo_jax.agents import specs
 from mgrpo_jax.agents.modes import Agent, make_controller
 from mgrpo_jax.agents.records import MainRecord, SubRecord
 from mgrpo_jax.agents.scoring import score
+from mgrpo_jax.agents.tools import make_registry
+from mgrpo_jax.config.modes import Mode, parse_mode
+from mgrpo_jax.evaluation import turn_accuracy
 from mgrpo_jax.tasks.judges import ExactMatchJudge
 from mgrpo_jax.tasks.oracle import Action
 from mgrpo_jax.tasks.renderings import NATURAL, Rendering
-from mgrpo_jax.training import agent_setup, turn_accuracy, warm_start
+from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.checkpoint import AgentCheckpointer, restore_params
 from mgrpo_jax.training.data import ensure_world, load_questions, world_rendering
-from mgrpo_jax.training.slice_common import make_registry
+from mgrpo_jax.warm_start.demonstrations import collect_demonstrations
 
 NUM_EXAMPLES = 2
 # The keys of the greedy pass's summary kept under "greedy".
@@ -120,13 +123,13 @@ def summarize(main: Sequence[MainRecord], sub: Sequence[SubRecord], questions,
   return summary
 
 
-def evaluate(mode: str, main: Agent, sub: Agent | None, registry, rollout_config,
+def evaluate(mode: str | Mode, main: Agent, sub: Agent | None, registry, rollout_config,
              questions: Sequence[Any], *, samples: int, key: int,
              main_spec: specs.AgentSpec, sub_spec: specs.AgentSpec,
              rendering: Rendering = NATURAL) -> EvalResult:
   """Rollouts of `questions` (`samples` each), scored and summarized."""
   controller = make_controller(mode, main, registry, rollout_config,
-                               sub=None if mode == "single_agent" else sub,
+                               sub=sub if parse_mode(mode).sub_agent else None,
                                main_spec=main_spec, sub_spec=sub_spec)
   out = controller.run(list(questions), samples, key)
   by_id = {q.id: q for q in questions}
@@ -209,21 +212,22 @@ def _agent(config, role: str, root: pathlib.Path, source: Source) -> Agent:
   return Agent(policy, tokenizer)
 
 
-def held_out_turn_accuracy(mode: str, agents: dict[str, Agent], registry, rollout_config,
+def held_out_turn_accuracy(mode: str | Mode, agents: dict[str, Agent], registry, rollout_config,
                            questions: Sequence[Any], *, main_spec: specs.AgentSpec,
                            sub_spec: specs.AgentSpec, rendering: Rendering = NATURAL
                            ) -> dict[str, dict[str, float]]:
   """`turn_accuracy` of each agent in `agents` ("main", "sub") on the clean oracles'
   trajectories of `questions` (the single agent's: M's oracle with S's inline)."""
-  demos = warm_start.collect_demonstrations(
+  mode = parse_mode(mode)
+  demos = collect_demonstrations(
       agents["main"].tokenizer, registry, rollout_config, questions,
       main_oracle=rendering.main_oracle(0.0, 0), sub_oracle=rendering.sub_oracle(0.0, 0),
-      mode=warm_start.demonstration_mode(mode), main_spec=main_spec, sub_spec=sub_spec,
+      mode=mode.demonstration, main_spec=main_spec, sub_spec=sub_spec,
       sub_tokenizer=agents["sub"].tokenizer if "sub" in agents else None)
   sequences = {"main": demos.main, "sub": demos.sub}
   return {role: turn_accuracy.turn_accuracy(
               agent.policy.sampler.model, sequences[role], agent.tokenizer,
-              "single" if mode == "single_agent" else role)
+              mode.main_role if role == "main" else role)
           for role, agent in agents.items() if sequences[role]}
 
 
@@ -235,7 +239,7 @@ def evaluate_sources(config, root: str | pathlib.Path, sources: dict[str, Source
   is the result's, and also under "greedy"): the cheap points of the RL curve.
   """
   root = pathlib.Path(root)
-  mode = str(config.experiment.mode)
+  mode = parse_mode(str(config.experiment.mode))
   world_path = ensure_world(root, config.world)
   questions = load_questions(world_path, config.world, str(config.world.stage),
                              split="test")[:int(config.eval.num_questions)]
@@ -244,8 +248,8 @@ def evaluate_sources(config, root: str | pathlib.Path, sources: dict[str, Source
                            visit_budget=int(config.tools.visit_chars))
   main = _agent(config, "main", root, sources["main"])
   sub = None
-  if mode != "single_agent":
-    sub = main if mode == "shared_policy" else _agent(config, "sub", root, sources["sub"])
+  if mode.sub_agent:
+    sub = main if mode.shared else _agent(config, "sub", root, sources["sub"])
   main_spec, sub_spec = agent_setup.agent_specs(config)
   rollout_config = agent_setup.rollout_config(config)
   rendering = world_rendering(config)

@@ -1,10 +1,4 @@
-"""Warm start (the paper's stage 1): supervised fine-tuning on noisy-oracle demonstrations.
-
-Demonstrations: the rollout controller runs with the world's scripted oracles as
-policies (`agents.OraclePolicy` around `tasks.oracle` agents with systematic mistakes,
-`tasks.oracle.noise`), and every record's token ids and loss mask (exactly the tokens
-the "policy" produced) become one `TokenSequence` of M or S: token in, token out, never
-re-tokenized.
+"""Supervised fine-tuning of one agent on its demonstrations (the warm start's SFT).
 
 SFT reuses the jitted policy update (`update.make_update_fn`) with
 `old_logp="recompute"`, advantage 1 on every real row and "token_mean" aggregation:
@@ -32,145 +26,11 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from mgrpo_jax.agents import Agent, OraclePolicy, RolloutConfig, make_controller, specs
-from mgrpo_jax.agents.modes import check_mode
-from mgrpo_jax.agents.tools import ToolRegistry
 from mgrpo_jax.models.logprobs import token_logprobs
-from mgrpo_jax.tasks.oracle import (
-  Action,
-  MainPolicy,
-  OracleMainAgent,
-  OracleSubAgent,
-  Step,
-  SubPolicy,
-)
-from mgrpo_jax.tasks.oracle.noise import MainNoise, SubNoise
-from mgrpo_jax.text import Tokenizer
 from mgrpo_jax.training.batching import DEFAULT_LENGTH_BUCKETS, TokenSequence, pack_sequences
 from mgrpo_jax.training.checkpoint import save_params
 from mgrpo_jax.training.train_state import StateLayout, TrainState
 from mgrpo_jax.training.update import LossConfig, UpdateConfig, make_update_fn
-
-DEMO_MODES = ("mgrpo", "single_agent")
-
-
-def demonstration_mode(mode: str) -> str:
-  """The `DEMO_MODES` entry that demonstrates training mode `mode` (`modes.MODES`).
-
-  Every multi-agent mode (mgrpo, frozen_sub, no_alignment, shared_policy) starts from
-  the same M and S demonstrations; only the single agent plays both roles in one
-  trajectory (`InlineOracle`).
-  """
-  return "single_agent" if check_mode(mode) == "single_agent" else "mgrpo"
-
-
-class InlineOracle:
-  """The single agent's scripted policy: M's oracle with each delegation done inline.
-
-  Where M's oracle would delegate, the sub-agent oracle's tool calls are taken in the
-  single agent's own trajectory, and S's report becomes the delegation's observation
-  in M's replayed history. Both oracles keep their systematic mistakes.
-  """
-
-  def __init__(self, main: MainPolicy, sub: SubPolicy):
-    self.main = main
-    self.sub = sub
-
-  def next_action(self, question: str, history: Sequence[Step]) -> Action:
-    """The next tool call or answer, given the single agent's steps so far."""
-    pending = list(history)
-    main_steps: list[Step] = []
-    while True:
-      action = self.main.next_action(question, main_steps)
-      if action.kind == "delegate":
-        sub_steps: list[Step] = []
-        while True:
-          sub_action = self.sub.next_action(action.text, sub_steps)
-          if sub_action.kind != "tool":
-            break
-          if not pending:
-            return sub_action
-          sub_steps.append(pending.pop(0))
-        main_steps.append(Step(action, sub_action.text))
-      elif action.kind == "tool" and pending:
-        main_steps.append(pending.pop(0))
-      else:
-        return action
-
-
-@dataclasses.dataclass(frozen=True)
-class Demonstrations:
-  """Token sequences of the demonstrations, one per record.
-
-  Attributes:
-    main: M's trajectories, in (query, rollout) order.
-    sub: S's trajectories, one per executed delegation.
-  """
-
-  main: list[TokenSequence]
-  sub: list[TokenSequence]
-
-
-def record_sequence(record: Any) -> TokenSequence:
-  """The `TokenSequence` of a `MainRecord` / `SubRecord` (ids, loss mask, log-probs)."""
-  t = record.trajectory
-  return TokenSequence(np.asarray(t.ids, np.int32), np.asarray(t.loss_mask, np.float32),
-                       np.asarray(t.logprobs, np.float32))
-
-
-def collect_demonstrations(tokenizer: Tokenizer, registry: ToolRegistry, config: RolloutConfig,
-                           tasks: Sequence[Any], *, main_noise: MainNoise | None = None,
-                           sub_noise: SubNoise | None = None, num_rollouts: int = 1,
-                           key: int = 0, mode: str = "mgrpo",
-                           main_spec: specs.AgentSpec | None = None,
-                           sub_spec: specs.AgentSpec = specs.SUB,
-                           sub_tokenizer: Tokenizer | None = None,
-                           main_oracle: MainPolicy | None = None,
-                           sub_oracle: SubPolicy | None = None) -> Demonstrations:
-  """Runs the noisy oracles as M and S over `tasks` and returns their token sequences.
-
-  Args:
-    tokenizer: M's (or the single agent's) tokenizer: `main` holds its ids.
-    registry: the world's tools.
-    config: the agents' limits (turns, context, new tokens, sub-calls).
-    tasks: training questions (objects with `id` and `text`).
-    main_noise: M's systematic mistakes (default `MainNoise()`; rate 0: clean oracle).
-    sub_noise: S's systematic mistakes (default `SubNoise()`).
-    num_rollouts: rollouts per task (the oracles are deterministic: 1 is enough).
-    key: the controller's key.
-    mode: "mgrpo" (M with S) or "single_agent" (`InlineOracle`, same mistakes).
-    main_spec: M's (or the single agent's) prompts and tools (default: the mode's).
-    sub_spec: S's prompts and tools.
-    sub_tokenizer: S's tokenizer (default `tokenizer`): `sub` holds its ids, so each
-      agent is fine-tuned on ids of its own vocabulary.
-    main_oracle: M's scripted policy, replacing the natural world's `OracleMainAgent`
-      with `main_noise` (e.g. a `Rendering.main_oracle` of the symbolic world).
-    sub_oracle: S's scripted policy, likewise.
-
-  Returns:
-    `Demonstrations` with every M (or single-agent) and S trajectory; `sub` is empty
-    for the single agent.
-  """
-  if mode not in DEMO_MODES:
-    raise ValueError(f"mode must be one of {DEMO_MODES}, got {mode!r}")
-  if not tasks:
-    raise ValueError("tasks is empty: no demonstrations to collect")
-  if main_oracle is None:
-    main_oracle = OracleMainAgent(main_noise if main_noise is not None else MainNoise())
-  if sub_oracle is None:
-    sub_oracle = OracleSubAgent(sub_noise if sub_noise is not None else SubNoise())
-  if mode == "single_agent":
-    single = Agent(OraclePolicy(InlineOracle(main_oracle, sub_oracle), tokenizer), tokenizer)
-    controller = make_controller(mode, single, registry, config, main_spec=main_spec)
-  else:
-    main = Agent(OraclePolicy(main_oracle, tokenizer), tokenizer)
-    sub_tokenizer = sub_tokenizer or tokenizer
-    sub = Agent(OraclePolicy(sub_oracle, sub_tokenizer), sub_tokenizer)
-    controller = make_controller(mode, main, registry, config, sub=sub, main_spec=main_spec,
-                                 sub_spec=sub_spec)
-  out = controller.run(list(tasks), num_rollouts, key)
-  return Demonstrations(main=[record_sequence(r) for r in out.main],
-                        sub=[record_sequence(r) for r in out.sub])
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

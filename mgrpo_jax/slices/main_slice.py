@@ -1,4 +1,4 @@
-"""The main slice: M's rollouts, outcomes, M's update (DESIGN.md, "Data flow of one step").
+"""The main slice: M's rollouts, outcomes, M's update (docs/ALGORITHM.md, "The step protocol").
 
 Step t (B queries, K rollouts each):
   1. (decoupled modes) wait for ack_sub(t - 1 - staleness): the sub-agent service then
@@ -26,7 +26,7 @@ queries and runs the controller for its own whole query groups
 folded with its process index), sampling with a copy of M on its own devices. The
 scored records of all processes are then exchanged (`allgather_bytes`), so every
 process computes the same rewards, advantages and [N, T] batch as one process would,
-and feeds only its rows of it to the update (`slice_common.device_batch`). Process 0
+and feeds only its rows of it to the update (`scale.multihost.device_batch`). Process 0
 alone writes the step cache, the store records, metrics and log lines; a restart's
 cache is read by process 0 and broadcast. Checkpoint saves and restores are collective.
 """
@@ -43,33 +43,27 @@ import numpy as np
 from mgrpo_jax.agents.controller import RolloutController
 from mgrpo_jax.agents.modes import Agent, make_controller
 from mgrpo_jax.agents.scoring import score
+from mgrpo_jax.config.modes import parse_mode
 from mgrpo_jax.metrics import format_progress
+from mgrpo_jax.scale import distributed
+from mgrpo_jax.scale.multihost import device_batch, multi_host, rollout_model
+from mgrpo_jax.scale.writers import log, metrics_writer
 from mgrpo_jax.serving.address import read_address, service_token
 from mgrpo_jax.serving.remote_client import RemoteSubAgentClient
+from mgrpo_jax.slices import step_math
+from mgrpo_jax.slices.common import Timer, check_config, describe_steps, open_run_store
+from mgrpo_jax.slices.faults import crash_point
+from mgrpo_jax.slices.step_cache import MainStepCache, records_from_json, records_to_json
 from mgrpo_jax.store.errors import StoreTimeoutError
 from mgrpo_jax.store.schema import MainOutcomes, SliceAck, ack_key
 from mgrpo_jax.tasks.judges import ExactMatchJudge
-from mgrpo_jax.training import agent_setup, distributed, step_math
+from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.batching import pack_sequences
 from mgrpo_jax.training.checkpoint import AgentCheckpointer, CheckpointConfig
 from mgrpo_jax.training.data import QueryStream, ensure_world, load_questions, world_rendering
-from mgrpo_jax.training.faults import crash_point
 from mgrpo_jax.training.files import dump_json
 from mgrpo_jax.training.optimizer import learning_rate_schedule
-from mgrpo_jax.training.slice_common import (
-  DECOUPLED_MODES,
-  RunPaths,
-  Timer,
-  check_config,
-  describe_steps,
-  device_batch,
-  log,
-  metrics_writer,
-  multi_host,
-  open_run_store,
-  rollout_model,
-)
-from mgrpo_jax.training.step_cache import MainStepCache, records_from_json, records_to_json
+from mgrpo_jax.training.paths import RunPaths
 from mgrpo_jax.training.update import batch_shardings, make_update_fn
 
 
@@ -93,7 +87,7 @@ def remote_client(config, paths: RunPaths) -> RemoteSubAgentClient:
     fixed = (str(serving.host), int(serving.port))
     resolve, describe = (lambda: fixed), f"serving.host:port = {fixed[0]}:{fixed[1]}"
   else:
-    path = paths.local / "sub" / "service.json"
+    path = paths.service_address()
     resolve, describe = (lambda: read_address(path)), str(path)
   return RemoteSubAgentClient(resolve, describe=describe,
                               token=service_token(str(serving.token_env)),
@@ -128,7 +122,7 @@ def run_main_slice(config, workdir: str) -> None:
   """Runs the main slice to `experiment.num_steps` (module docstring)."""
   check_config(config)
   paths = RunPaths.from_config(config, workdir)
-  mode = str(config.experiment.mode)
+  mode = parse_mode(str(config.experiment.mode))
   seed, run_id = int(config.experiment.seed), str(config.experiment.run_id)
   num_steps = int(config.experiment.num_steps)
   num_queries = int(config.mgrpo.queries_per_step)
@@ -171,14 +165,14 @@ def run_main_slice(config, workdir: str) -> None:
   acting = agent_setup.rollout_policy(policy, tokenizer, "main")
   client = None
   expert_judge = None
-  if mode in DECOUPLED_MODES:
+  if mode.decoupled:
     client = _CrashAfterBatch(remote_client(config, paths))
     controller = RolloutController(acting, tokenizer, registry, rollout_config,
                                    sub_client=client, spec=main_spec)
   else:
     controller = make_controller(mode, Agent(acting, tokenizer), registry, rollout_config,
                                  main_spec=main_spec, sub_spec=sub_spec)
-    if mode == "shared_policy":
+    if mode.shared:
       rendering = world_rendering(config)
       train_world, _ = rendering.split_worlds(
           config.world.size, int(config.world.seed), int(config.world.test_seed))
@@ -190,7 +184,7 @@ def run_main_slice(config, workdir: str) -> None:
       batch_shardings(layout, num_queries * num_rollouts).advantages, num_queries,
       num_rollouts) if multi_host() else slice(None))
   writer = metrics_writer(paths, "main", config)
-  log(f"main slice: mode={mode} {describe_steps(start, num_steps)} B={num_queries} "
+  log(f"main slice: mode={mode.name} {describe_steps(start, num_steps)} B={num_queries} "
       f"K={num_rollouts} store={paths.store_uri}")
 
   for step in range(start, num_steps):
@@ -221,7 +215,7 @@ def run_main_slice(config, workdir: str) -> None:
                            a_main.reshape(-1), pad_id=tokenizer.pad_id or 0,
                            buckets=(int(config.main.limits.max_context),))
     scalars = {}
-    if mode == "shared_policy":
+    if mode.shared:
       sub_step = _shared_sub_step(rollouts, grid, r_main, config, step, weights, advantage,
                                   tokenizer)
       scalars.update(step_math.sub_step_scalars(sub_step))

@@ -1,0 +1,48 @@
+"""What process 0 alone writes: console lines (`log`) and a slice's metrics.
+
+The other processes of a multi-host slice stay silent and write no metrics; with one
+process, process 0 is the only one.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from mgrpo_jax.metrics import MetricsWriter, WandbRun
+from mgrpo_jax.scale import distributed
+from mgrpo_jax.training.paths import RunPaths
+
+
+class _NoMetrics:
+  """The metrics writer of processes other than 0: writes nothing."""
+
+  def write(self, step: int, scalars: dict[str, float]) -> None:
+    del step, scalars
+
+  def close(self) -> None:
+    pass
+
+
+def metrics_writer(paths: RunPaths, slice_name: str, config) -> MetricsWriter | _NoMetrics:
+  """The slice's metrics.jsonl / TensorBoard (/ W&B) writer on process 0; a no-op elsewhere."""
+  if not distributed.is_writer():
+    return _NoMetrics()
+  wandb = config.logging.wandb
+  wandb_run = WandbRun(
+      paths.logs(slice_name), project=str(wandb.project), entity=str(wandb.entity),
+      mode=str(wandb.mode), group=str(config.experiment.run_id), slice_name=slice_name,
+      config=json.loads(config.to_json())) if wandb.enabled else None
+  return MetricsWriter(paths.logs(slice_name), tensorboard=bool(config.logging.tensorboard),
+                       wandb_run=wandb_run)
+
+
+def log(message: str) -> None:
+  """One line on stdout, flushed (the `--slice=all` parent prefixes and relays it).
+
+  Process 0 only: the other processes of a multi-host slice stay silent.
+  """
+  if not distributed.is_writer():
+    return
+  sys.stdout.write(f"{message}\n")
+  sys.stdout.flush()

@@ -1,0 +1,1 @@
+"""Helpers shared by the tests, imported as a package: `from tests.support import trees`."""
