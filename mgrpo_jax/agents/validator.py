@@ -10,7 +10,7 @@ States and transitions (anything else moves to FAILED and stays there):
 
 An assistant turn is checked with `specs.parse_action` (grammar, the agent's tools,
 argument schemas and sizes); a turn cut by the token limit fails. `format_ok` (the
-paper's r_format, MGRPO_PAPER_NOTES.md section 2.2) is True exactly in DONE: the
+paper's r_format, docs/ALGORITHM.md section 1) is True exactly in DONE: the
 trajectory ends with a well-formed `<result>` and every turn before it was a
 well-formed tool call. Trajectories cut by the turn limit or the context budget end
 outside DONE and score 0, as in the released code. Nothing here raises on model text.

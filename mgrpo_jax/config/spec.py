@@ -126,7 +126,7 @@ def _agent_spec(role: str, preset: str) -> dict[str, Any]:
 SPEC: dict[str, Any] = {
     "experiment": {
         "name": Field("mgrpo", "Human-readable experiment name.", allow_empty=False),
-        "mode": Field("mgrpo", "Training mode (see docs/ARCHITECTURE.md).", choices=MODES),
+        "mode": Field("mgrpo", "Training mode (docs/ALGORITHM.md, \"Modes\").", choices=MODES),
         "seed": Field(0, "Seed of every random choice of the run.", low=0),
         "num_steps": Field(10, "RL steps to run.", low=1),
         "run_id": Field("run", "Names the run in the store and checkpoints.", allow_empty=False),

@@ -10,7 +10,7 @@ Sub-agent (paper sections 3.2 and 4), D aligned slots per rollout:
   A_S [Q, K, D]   = mgrpo_advantages(R_M, R_S[index], valid): normalized over all valid
                     [K, D] slots of query q (duplicates count as full samples)
 
-`no_alignment` (the released code's grouping, MGRPO_PAPER_NOTES.md section 4.2): the
+`no_alignment` (the released code's grouping, docs/ALGORITHM.md section 4): the
 step's S calls in arrival order (the order the service received them: delegation batch,
 then position in the batch) fill N = Q*K*D rows; calls beyond N are dropped, missing
 ones leave empty rows of weight 0; consecutive groups of G = K*D rows are normalized

@@ -1,7 +1,7 @@
 """The `Store` protocol: a write-once key -> bytes map shared by the two training slices.
 
 The main slice publishes per-step outcomes and acknowledgements; the sub slice waits for
-them (DESIGN.md, "Data flow of one step"). Every backend guarantees:
+them (docs/ALGORITHM.md, "The step protocol"). Every backend guarantees:
   * `put` is write-once: identical bytes again is a no-op, different bytes raise
     `StoreConflictError`; a record is visible only once complete.
   * `get` raises `StoreNotFoundError` for a missing key.

@@ -1,6 +1,6 @@
 """The M-GRPO store records, their keys and the per-step store protocol.
 
-Per training step t of run `run_id` (DESIGN.md, "Data flow of one step"):
+Per training step t of run `run_id` (docs/ALGORITHM.md, "The step protocol"):
   * `runs/<run_id>/step_<t:08d>/outcomes` (`MainOutcomes`, written by the main slice):
     for every query q and rollout k, M's correctness, R_M, the number of sub-calls d_k
     and M's policy version; one record per step, shape [Q, K].

@@ -1,4 +1,4 @@
-"""The offline deep-research world (docs: DEEP_RESEARCH_WORLD.md).
+"""The offline deep-research world (docs/WORLD.md).
 
 Modules: `schema` (types, relations, attributes and their phrasing), `names` (syllable
 names), `world` (seeded knowledge graph), `pages` (one article per entity),

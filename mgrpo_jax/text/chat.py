@@ -13,7 +13,7 @@ Token-in, token-out: each message is tokenized on its own (it starts and ends at
 special token, so this equals tokenizing the whole rendered string), and ids produced
 by the sampler are appended exactly as sampled, never decoded and re-encoded. Only
 sampled ids carry loss (the paper's loss masks prompts, tool outputs and the other
-agent's text; MGRPO_PAPER_NOTES.md).
+agent's text; docs/ALGORITHM.md section 1).
 
 Per-token arrays, all of shape [T]: `ids` (int32), `roles` (int32 `Role` codes of the
 message each token belongs to) and `loss_mask` (bool, True exactly on sampled ids).

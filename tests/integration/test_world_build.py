@@ -94,7 +94,8 @@ def test_world_packages_import_no_jax_models_or_training():
   code = ("import sys, mgrpo_jax.tasks.build, mgrpo_jax.tasks.oracle, mgrpo_jax.tasks.loaders, "
           "mgrpo_jax.tasks.judges, mgrpo_jax.agents.tools; "
           "bad = [m for m in sys.modules if m in ('jax', 'tensorflow') or m.startswith(("
-          "'mgrpo_jax.models', 'mgrpo_jax.training', 'tensorflow.'))]; "
+          "'mgrpo_jax.models', 'mgrpo_jax.training', 'mgrpo_jax.slices', 'mgrpo_jax.scale', "
+          "'mgrpo_jax.warm_start', 'mgrpo_jax.evaluation', 'tensorflow.'))]; "
           "print(bad); sys.exit(1 if bad else 0)")
   result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)

@@ -133,8 +133,9 @@ def test_apply_overrides_rejects_unknown_keys():
 
 
 def test_spec_groups_match_the_design_modes():
+  # one declaration of the modes (config/modes.py), in the order of docs/ALGORITHM.md
   assert SPEC["experiment"]["mode"].choices == (
-      "mgrpo", "frozen_sub", "single_agent", "shared_policy", "no_alignment")
+      "mgrpo", "frozen_sub", "no_alignment", "shared_policy", "single_agent")
 
 
 @pytest.mark.parametrize("key,value,message", [

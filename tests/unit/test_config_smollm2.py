@@ -48,7 +48,7 @@ def test_config_and_presets_validate_with_both_agents_on_smollm2(module, preset)
     assert section.model.preset in agent_setup.PRETRAINED  # loaded with its own weights
     assert section.model.tokenizer == ""  # ... and its own tokenizer
     assert section.model.init_checkpoint == ""
-    # The released code's optimizer and clipped surrogate (MGRPO_PAPER_NOTES.md 5.2).
+    # The released code's optimizer and clipped surrogate (docs/ALGORITHM.md section 5).
     assert section.optim.learning_rate == 1e-6
     assert (section.optim.weight_decay, section.optim.b1, section.optim.b2) == (0.1, 0.9, 0.98)
     assert section.optim.grad_clip == 1.0 and section.optim.schedule == "constant"

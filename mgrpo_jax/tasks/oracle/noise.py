@@ -1,7 +1,7 @@
 """Systematic mistakes for the noisy oracle (warm-start demonstrations with room for RL).
 
 Mistakes are tied to a question shape or a relation, not drawn independently per step
-(DEEP_RESEARCH_WORLD.md, "Warm start"): with probability `rate` a *targeted* case gets
+(docs/WORLD.md, "Scripted agents"): with probability `rate` a *targeted* case gets
 the mistake, decided by a hash of (seed, mistake, task text) so a replayed history gets
 the same decision. Untargeted cases are never perturbed.
 
