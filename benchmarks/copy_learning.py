@@ -1,7 +1,7 @@
 """Benchmark: steps to learn copying, with smeared keys against plain keys.
 
 The `small` preset (128 wide, 2 layers) trained from scratch on the copy curriculum
-(`training/copy_curriculum.py`: one repeated span per sequence, loss on the copy)
+(`warm_start/copy_curriculum.py`: one repeated span per sequence, loss on the copy)
 through the warm start's SFT update, once with `smeared_keys` and once without, same
 seed, data and optimizer (AdamW, warm-up then constant). Every `--every` steps both
 models predict the copies of 64 fresh sequences greedily (`copy_accuracy`). Printed:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Creates .venv-ref: PyTorch + transformers, used by tools/ and benchmarks/ to record
-# reference outputs and to time a peer, and by tests/integration/test_export_hf.py (its
+# reference outputs and to time a peer, and by tests/integration/test_training_export_hf.py (its
 # `reference_python` fixture runs this script) to load exported folders. Never a runtime
 # dependency.
 set -euo pipefail

@@ -185,12 +185,12 @@ SPEC: dict[str, Any] = {
         "num_questions": Field(300, "Training questions the noisy oracles demonstrate.", low=1),
         "num_worlds": Field(1, "Training worlds the demonstrated questions are split over: "
                             "the run's own and num_worlds - 1 generated from derived seeds, "
-                            "none with a test-world name (`training/demonstration_worlds.py`)."
+                            "none with a test-world name (`warm_start/demonstration_worlds.py`)."
                             " Many worlds mean many distinct names: a model from scratch must "
                             "copy them instead of memorizing them.", low=1),
         "epochs": Field(8, "Passes over the demonstrations.", low=1),
         "copy_steps": Field(0, "Steps of the copy curriculum before the demonstrations "
-                            "(`training/copy_curriculum.py`; 0: none). Models trained from "
+                            "(`warm_start/copy_curriculum.py`; 0: none). Models trained from "
                             "scratch with smeared keys learn there to copy names and numbers.",
                             low=0),
         "window_copy_steps": Field(0, "Steps after those of windows of the agent's own "

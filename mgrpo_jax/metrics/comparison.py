@@ -2,7 +2,7 @@
 
 Inputs are the folders a sweep leaves, one per run (`launch/sweep.py`): each holds
 `launch/config.py` (the run's resolved config), `eval/warm_start.json` and
-`eval/final.json` (held-out summaries, `training.evaluation.summarize`) and
+`eval/final.json` (held-out summaries, `evaluation.held_out.summarize`) and
 `logs/{main,sub}/metrics.jsonl`. Runs are grouped into arms by one config key
 (`experiment.mode` for the paper's comparison); within an arm the seeds are the
 replicates, so each number is a mean over seeds with the half-width of its 95% Student-t

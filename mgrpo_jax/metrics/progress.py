@@ -46,7 +46,7 @@ class PhaseProgress:
 
   Args:
     label: names the phase.
-    emit: writes one line (`slice_common.log`).
+    emit: writes one line (`scale.writers.log`).
     every_s: seconds between lines at least.
     unit: what `done` counts.
     clock: seconds, monotonic (a fake one in tests).

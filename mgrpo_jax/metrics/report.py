@@ -1,7 +1,7 @@
 """The end-of-run report: training curves as PNG and the before/after table.
 
 Inputs are files the run already wrote: each slice's `metrics.jsonl` (`read_metrics`)
-and the held-out evaluation summaries (`training.evaluation`, dicts with accuracy,
+and the held-out evaluation summaries (`evaluation.held_out`, dicts with accuracy,
 its 95% half-width, format rate, sub-calls and tool calls per rollout). Outputs, under
 `<local>/report/`: `rewards.png` (mean R_M and R_S per RL step), `accuracy.png` (M's
 training accuracy per step, the held-out accuracy before and after RL as markers, and

@@ -25,7 +25,7 @@ only and `global_batch` assembles the global [N, ...] arrays without any transfe
 between hosts. With a batch replicated over the mesh (pure tensor parallelism), every
 process holds all rows.
 
-What the trainers use (`main_trainer.py`, `sub_trainer.py`):
+What the trainers use (`slices/main_slice.py`, `slices/sub_slice.py`):
   rollout_queries(sharding, B, K)   the queries this process samples (each on one process)
   allgather_bytes / broadcast_bytes / broadcast_arrays
                                     host data between processes (records, the S batch)

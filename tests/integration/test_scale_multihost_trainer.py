@@ -76,7 +76,7 @@ class _PerRequest:
 @gin.configurable
 def RequestKeyedMix(model_policy, tokenizer, role: str):  # noqa: N802 (gin name)
   """`trainer_policy_mix.ThinkingOracle`, each turn sampled on its own (module docstring)."""
-  import trainer_policy_mix
+  from tests.support import trainer_policy_mix
 
   return _PerRequest(trainer_policy_mix.ThinkingOracle(model_policy, tokenizer, role))
 
@@ -91,7 +91,7 @@ def _command(workdir: pathlib.Path, *extra: str) -> list[str]:
   gin_path = workdir.parent / "keyed.gin"
   gin_path.write_text(GIN)
   return [sys.executable, str(ROOT / "launch" / "tpu_run.py"), "--slice=main",
-          "--config=" + str(ROOT / "tests" / "integration" / "plumbing_config.py"),
+          "--config=" + str(ROOT / "tests" / "support" / "plumbing_config.py"),
           f"--workdir={workdir}",
           f"--gin_file={gin_path}", *OVERRIDES, *extra]
 

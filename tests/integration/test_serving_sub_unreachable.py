@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import socket
 
-import trainer_harness
+from tests.support import trainer_harness
 
 
 def _free_port() -> int:

@@ -15,9 +15,9 @@ import random
 from pathlib import Path
 
 import pytest
-from store_contract import race_values
 
 from mgrpo_jax.store import StoreConflictError, open_store
+from tests.support.store_contract import race_values
 
 NUM_KEYS = 500
 VALUE_SIZE = 4096

@@ -8,10 +8,10 @@ from collections.abc import Callable
 import pytest
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
-from store_contract import CONTRACT_CHECKS, StoreMachine
 
 from mgrpo_jax.store import LocalStore, Store, StoreConflictError, open_store
 from mgrpo_jax.store.gcs import GCSStore
+from tests.support.store_contract import CONTRACT_CHECKS, StoreMachine
 
 BACKENDS = ["local", "gcs"]
 

@@ -9,7 +9,7 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MIX_GIN = """import mgrpo_jax.training.agent_setup
-import trainer_policy_mix
+import tests.support.trainer_policy_mix
 mgrpo_jax.training.rollout_policy.wrapper = @trainer_policy_mix.ThinkingOracle
 """
 OVERRIDES = [
@@ -24,13 +24,12 @@ def command(workdir, *extra, slice_name="all", fault=None):
   """(argv, env) of one tpu_run.py call with the policy mix bound through gin."""
   gin_path = pathlib.Path(workdir).parent / "mix.gin"
   gin_path.write_text(MIX_GIN)
-  env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "tests" / "integration"),
-                                                     str(ROOT)]))
+  env = dict(os.environ, PYTHONPATH=str(ROOT))
   env.pop("MGRPO_FAULT", None)
   if fault:
     env["MGRPO_FAULT"] = fault
   argv = [sys.executable, str(ROOT / "launch" / "tpu_run.py"), f"--slice={slice_name}",
-          "--config=" + str(ROOT / "tests" / "integration" / "plumbing_config.py"),
+          "--config=" + str(ROOT / "tests" / "support" / "plumbing_config.py"),
           f"--workdir={workdir}",
           f"--gin_file={gin_path}", *OVERRIDES, *extra]
   return argv, env

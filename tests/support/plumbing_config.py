@@ -1,6 +1,6 @@
 """The trainer tests' config: both slices with tiny random models, no warm start, no evaluation.
 
-  python launch/tpu_run.py --slice=all --config=tests/integration/plumbing_config.py
+  python launch/tpu_run.py --slice=all --config=tests/support/plumbing_config.py
 
 It tests the decoupled training system (processes, sockets, store, checkpoints, exact
 resume), not learning, so it stays fixed while `configs/local_demo.py` (the demo) is

@@ -11,8 +11,6 @@ from __future__ import annotations
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
-import plumbing_config as demo
-import trainer_harness
 from flax import nnx
 
 from mgrpo_jax.config import apply_overrides
@@ -21,6 +19,8 @@ from mgrpo_jax.store import open_store
 from mgrpo_jax.store.schema import SliceAck, ack_key
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.paths import RunPaths
+from tests.support import plumbing_config as demo
+from tests.support import trainer_harness
 
 RUN_ID = "local_demo"
 

@@ -3,7 +3,7 @@ runs to the framework's logits.
 
 A run folder holds a checkpoint written by the framework's own checkpointer (tiny
 models with perturbed weights, norms and key-smear logits included); the export is
-loaded by transformers in the reference venv (`tests/integration/hf_reference.py`,
+loaded by transformers in the reference venv (`tests/support/hf_reference.py`,
 float32, eager attention) and compared with the framework on the same token ids: the
 logits of a batch with left padding (max |difference| < 1e-4), greedy generation
 through transformers' KV cache against a framework loop, and the exported tokenizer
@@ -19,7 +19,6 @@ import sys
 
 import jax
 import numpy as np
-import plumbing_config
 import pytest
 from flax import nnx
 
@@ -30,6 +29,7 @@ from mgrpo_jax.training.checkpoint import AgentCheckpointer
 from mgrpo_jax.training.export import export_agent
 from mgrpo_jax.training.paths import RunPaths
 from mgrpo_jax.training.tokenizer_corpus import tokenizer_corpus
+from tests.support import plumbing_config
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 NEW_TOKENS = 6
@@ -61,7 +61,7 @@ def _checkpointed_run(tmp_path: pathlib.Path, overrides: dict):
 def _reference(python: pathlib.Path, folder: pathlib.Path, request: dict, tmp_path):
   request_path, result_path = tmp_path / "request.json", tmp_path / "result.npz"
   request_path.write_text(json.dumps({"folder": str(folder), **request}))
-  proc = subprocess.run([str(python), str(ROOT / "tests" / "integration" / "hf_reference.py"),
+  proc = subprocess.run([str(python), str(ROOT / "tests" / "support" / "hf_reference.py"),
                          str(request_path), str(result_path)],
                         capture_output=True, text=True, check=False)
   assert proc.returncode == 0, proc.stderr[-3000:]
@@ -106,7 +106,7 @@ def test_plain_model_through_the_launcher(tmp_path, reference_python):
   proc = subprocess.run(
       [sys.executable, str(ROOT / "launch" / "export_hf.py"), f"--workdir={workdir}",
        "--agent=main", f"--out={out}",
-       f"--config={ROOT / 'tests' / 'integration' / 'plumbing_config.py'}"],
+       f"--config={ROOT / 'tests' / 'support' / 'plumbing_config.py'}"],
       capture_output=True, text=True, check=False, cwd=ROOT)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "(step 0)" in proc.stdout

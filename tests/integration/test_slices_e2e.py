@@ -1,6 +1,6 @@
 """Two-process training through `launch/tpu_run.py --slice=all`, and exact resume after SIGKILL.
 
-The slices run the tiny models of tests/integration/plumbing_config.py with a policy mix
+The slices run the tiny models of tests/support/plumbing_config.py with a policy mix
 (`trainer_policy_mix.ThinkingOracle`: model-sampled thinking, oracle actions) so that M
 delegates, S reports and rewards and advantages are not all 0. The resumed run is
 killed at named points of the step protocol (`MGRPO_FAULT`: during M's rollouts, after
@@ -21,11 +21,11 @@ import time
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
-import trainer_harness
 
 from mgrpo_jax.metrics.writer import read_metrics
 from mgrpo_jax.store import open_store
 from mgrpo_jax.store.schema import MainOutcomes, SliceAck, ack_key, outcomes_key
+from tests.support import trainer_harness
 
 NUM_STEPS = 3
 RUN_ID = "local_demo"

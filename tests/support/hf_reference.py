@@ -1,6 +1,6 @@
 """Runs an exported Hugging Face folder under transformers (in `.venv-ref`) for the tests.
 
-  .venv-ref/bin/python tests/integration/hf_reference.py REQUEST.json RESULT.npz
+  .venv-ref/bin/python tests/support/hf_reference.py REQUEST.json RESULT.npz
 
 REQUEST holds {"folder", "ids" [B, T], "attention_mask" [B, T], "positions" [B, T],
 "generate_ids" [T0], "new_tokens", "texts", "messages"}. RESULT holds `logits`
