@@ -216,6 +216,9 @@ SPEC: dict[str, Any] = {
                        "steps (greedy, one rollout per question): the held-out curve of "
                        "report/accuracy.png (0: none; the run keeps those checkpoints).",
                        low=0),
+        "viewer_questions": Field(20, "Questions each evaluation shows in its trajectory "
+                                  "page, report/trajectories_<label>.html (0: no page).",
+                                  low=0),
     },
     "mgrpo": {
         "queries_per_step": Field(2, "B: queries per RL step.", low=1),

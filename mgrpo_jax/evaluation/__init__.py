@@ -4,5 +4,7 @@
                  with a 95% interval, per type, format rate, calls, copy diagnostics,
                  a greedy pass; the policies built from checkpoints (`evaluate_sources`)
   turn_accuracy  teacher-forced greedy exact match of each of the clean oracles' turns
-  stage          one evaluation of a run, written once per label (`run_evaluation`)
+  stage          one evaluation of a run, written once per label (`run_evaluation`), with
+                 its trajectory page
+  trajectories   the scored records as the trajectory page's data (`page_questions`)
 """

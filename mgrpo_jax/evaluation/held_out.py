@@ -67,10 +67,12 @@ GREEDY_KEYS = ("accuracy", "accuracy_ci95", "accuracy_by_type", "format_rate")
 
 @dataclasses.dataclass(frozen=True)
 class EvalResult:
-  """The summary (module docstring) and the scored records it came from."""
+  """The summary (module docstring), the scored records it came from and the evaluated
+  questions by id."""
   summary: dict[str, Any]
   main: list[MainRecord]
   sub: list[SubRecord]
+  questions: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def summarize(main: Sequence[MainRecord], sub: Sequence[SubRecord], questions,
@@ -136,7 +138,7 @@ def evaluate(mode: str | Mode, main: Agent, sub: Agent | None, registry, rollout
   scored_main, scored_sub = score(out.main, out.sub, by_id, ExactMatchJudge())
   return EvalResult(summarize(scored_main, scored_sub, by_id, main.tokenizer,
                               sub.tokenizer if sub is not None else None, rendering),
-                    scored_main, scored_sub)
+                    scored_main, scored_sub, by_id)
 
 
 def _call_of(action: Action) -> tuple[str, dict[str, Any]] | None:

@@ -1,4 +1,9 @@
-"""The evaluation stage: one held-out evaluation of a run, written once per label."""
+"""The evaluation stage: one held-out evaluation of a run, written once per label.
+
+It writes the summary to `<local>/eval/<label>.json` and, with `eval.viewer_questions`
+= n > 0, the first n questions' rollouts as a self-contained HTML page,
+`<local>/report/trajectories_<label>.html` (`metrics.trajectory_page`).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,8 @@ import json
 import time
 from typing import Any
 
-from mgrpo_jax.evaluation import held_out
+from mgrpo_jax.evaluation import held_out, trajectories
+from mgrpo_jax.metrics import trajectory_page
 from mgrpo_jax.scale.writers import log
 from mgrpo_jax.training.files import atomic_write
 from mgrpo_jax.training.paths import RunPaths
@@ -14,14 +20,34 @@ from mgrpo_jax.training.paths import RunPaths
 
 def run_evaluation(config, paths: RunPaths, label: str, sources: dict[str, held_out.Source],
                    *, greedy_only: bool = False) -> dict[str, Any]:
-  """Evaluates once per label; `<local>/eval/<label>.json` holds the summary."""
+  """Evaluates once per label; `<local>/eval/<label>.json` holds the summary (and
+  `<local>/report/trajectories_<label>.html` the trajectories, module docstring)."""
   out = paths.local / "eval" / f"{label}.json"
   if out.exists():
     return json.loads(out.read_text())
   started = time.perf_counter()
   result = held_out.evaluate_sources(config, paths.local, sources, greedy_only=greedy_only)
   summary = dict(result.summary, label=label, seconds=time.perf_counter() - started)
+  write_page(config, paths, label, result, summary)
   atomic_write(out, json.dumps(summary, indent=1).encode())
   log(f"eval {label}: accuracy {summary['accuracy']:.3f} +- {summary['accuracy_ci95']:.3f} "
       f"on {summary['num_questions']} test questions ({summary['seconds']:.0f} s)")
   return summary
+
+
+def write_page(config, paths: RunPaths, label: str, result: held_out.EvalResult,
+               summary: dict[str, Any]) -> None:
+  """The trajectory page of an evaluation (module docstring); none for n = 0."""
+  limit = int(config.eval.viewer_questions)
+  if limit == 0:
+    return
+  questions = trajectories.page_questions(
+      result.main, result.sub, result.questions, limit=limit,
+      a1=float(config.rewards.a1), a2=float(config.rewards.a2))
+  notes = [f"accuracy {summary['accuracy']:.3f} +- {summary['accuracy_ci95']:.3f} over "
+           f"{summary['num_questions']} questions, {summary['num_rollouts']} rollouts; "
+           f"format rate {summary['format_rate']:.3f}; "
+           f"sub-calls per rollout {summary['sub_calls_mean']:.2f}",
+           f"showing the first {len(questions)} questions (eval.viewer_questions = {limit})"]
+  html = trajectory_page.render(f"Held-out evaluation: {label}", questions, notes=notes)
+  atomic_write(paths.local / "report" / f"trajectories_{label}.html", html.encode())

@@ -29,7 +29,7 @@ ALLOWED = {
     # multi-host slices and the memory planner, over the per-agent machinery
     "scale": _MODELS | {"training", "metrics", "config"},
     "warm_start": _MODELS | _AGENTS | {"training", "scale", "metrics"},
-    "evaluation": _MODELS | _AGENTS | {"training", "scale", "warm_start"},
+    "evaluation": _MODELS | _AGENTS | {"training", "scale", "warm_start", "metrics"},
     # the step protocol of the two slices and the run's stages: composes everything
     "slices": _MODELS | _AGENTS | {"training", "scale", "warm_start", "evaluation", "serving",
                                    "store", "metrics", "plugins"},

@@ -1,0 +1,84 @@
+"""An evaluation's records as trajectory page data: questions in order, S's calls under
+M's delegations, a delegation refused by the sub-call limit without one, R_M."""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+
+from mgrpo_jax.agents.records import MainRecord, SubRecord, ToolCall, Trajectory
+from mgrpo_jax.evaluation.trajectories import page_questions
+
+
+def _trajectory(turns, final, format_ok=True) -> Trajectory:
+  """turns: (assistant text, tool name or None, observation) per assistant turn."""
+  messages = [("system", "sys"), ("user", "task")]
+  calls = []
+  for i, (text, tool, observation) in enumerate(turns):
+    messages.append(("assistant", text))
+    if tool is not None:
+      calls.append(ToolCall(i, tool, '{"subtask": "x"}', True, 0.0))
+      messages.append(("user", observation))
+  empty = np.zeros(0, np.int32)
+  return Trajectory(empty, empty.astype(bool), empty.astype(np.float32), empty,
+                    tuple(messages), 0, format_ok, "", "result", len(turns), tuple(calls),
+                    final, 0.0)
+
+
+def _sub(qid, k, i) -> SubRecord:
+  trajectory = _trajectory([("search", "search", "obs"), (f"<result>s{i}</result>", None, "")],
+                           f"s{i}")
+  return SubRecord(qid, k, i, f"subtask {i}", "", f"s{i}", trajectory, 0.0, 1.0)
+
+
+QUESTIONS = {q: types.SimpleNamespace(text=f"text {q}", answer="gold", type="lookup")
+             for q in ("a", "b", "c")}
+
+
+@pytest.fixture
+def records():
+  delegating = _trajectory([("d0", "delegate", "r0"), ("d1", "delegate", "r1"),
+                            ("reason", "reason", "4"), ("d2", "delegate", "refused"),
+                            ("<result>gold</result>", None, "")], "gold")
+  main = [MainRecord("a", 0, "main", delegating, 2, 1.0),
+          MainRecord("a", 1, "main", _trajectory([("x", None, "")], None, False), 0, 0.0),
+          MainRecord("b", 0, "main", _trajectory([("<result>no</result>", None, "")], "no"),
+                     0, 0.0),
+          MainRecord("c", 0, "main", _trajectory([("y", None, "")], "y"), 0, 0.0)]
+  return main, [_sub("a", 0, 1), _sub("a", 0, 0)]
+
+
+def test_questions_in_order_up_to_the_limit(records):
+  main, sub = records
+  out = page_questions(main, sub, QUESTIONS, limit=2)
+  assert [q.id for q in out] == ["a", "b"]
+  assert [[r.index for r in q.rollouts] for q in out] == [[0, 1], [0]]
+  assert page_questions(main, sub, QUESTIONS, limit=0) == []
+
+
+def test_sub_calls_go_to_delegations_in_order_and_not_to_a_refused_one(records):
+  main, sub = records
+  rollout = page_questions(main, sub, QUESTIONS, limit=1)[0].rollouts[0]
+  assistant = [m for m in rollout.messages if m.role == "assistant"]
+  assert [m.sub_call.index if m.sub_call else None for m in assistant] == [0, 1, None, None,
+                                                                          None]
+  assert [m.tool.split()[0] if m.tool else "" for m in assistant] == [
+      "delegate", "delegate", "reason", "delegate", ""]
+  assert [m.role for m in rollout.messages[:4]] == ["system", "task", "assistant",
+                                                    "observation"]
+  call = assistant[0].sub_call
+  assert call.subtask == "subtask 0" and call.final == "s0" and call.reward is None
+  assert [m.role for m in call.messages] == ["system", "task", "assistant", "observation",
+                                             "assistant"]
+
+
+def test_correctness_and_r_main(records):
+  main, sub = records
+  (question,) = page_questions(main, sub, QUESTIONS, limit=1)
+  first, second = question.rollouts
+  assert (first.correct, second.correct) == (True, False)
+  assert first.reward == pytest.approx(1.0) and second.reward == 0.0  # format error
+  assert (first.final, second.final) == ("gold", None)
+  assert (question.text, question.gold, question.kind) == ("text a", "gold", "lookup")
