@@ -16,6 +16,8 @@ workdir: metrics.jsonl and TensorBoard events per slice, report/rewards.png,
 report/accuracy.png and report/summary.txt (the table printed at the end).
 docs/RESULTS.md has what it measures (6 min 38 s on 2 cores).
 
+Preset `short` (`--config=configs/local_demo.py:short`) is the demo in about 3 minutes
+(two question types, a smaller warm start, 15 RL steps): the test that the demo learns.
 Preset `natural` (`--config=configs/local_demo.py:natural`) is the same job in the
 natural-language world, whose multi-token names small models trained from scratch do
 not learn to copy in minutes (docs/RESULTS.md).
@@ -66,6 +68,21 @@ for _agent, _turns, _context in (("main", 5, 160), ("sub", 3, 128)):
       f"{_agent}.optim.weight_decay": 0.0,
   })
 
+# The demo in 3 minutes, as `tests/integration/test_slices_demo_learns.py` runs it: two
+# question types, one per agent's mistake (lookup: S reports the neighbouring line's
+# value for two relations; puzzle: M delegates instead of calling `reason`), 1,600
+# demonstrations without the copy curriculum, 15 RL steps, one sample per question.
+SHORT = {
+    **SYMBOLIC,
+    "world.question_types": "lookup,puzzle",
+    "warm_start.num_questions": 1600,
+    "warm_start.num_worlds": 160,
+    "warm_start.copy_steps": 0,
+    "experiment.num_steps": 15,
+    "eval.samples": 1,
+    "eval.every": 0,
+}
+
 NATURAL = {
     "experiment.name": "local_demo",
     "experiment.run_id": "local_demo",
@@ -103,11 +120,11 @@ for _agent, _turns in (("main", 5), ("sub", 4)):
       f"{_agent}.optim.learning_rate": 3e-4,
       f"{_agent}.optim.weight_decay": 0.0,
   })
-PRESETS = {"": SYMBOLIC, "natural": NATURAL}
+PRESETS = {"": SYMBOLIC, "short": SHORT, "natural": NATURAL}
 
 
 def get_config(arg=None):
-  """The demo config: the symbolic world (no argument) or preset "natural"."""
+  """The demo config: the symbolic world (no argument), or preset "short" or "natural"."""
   if (arg or "") not in PRESETS:
     raise ValueError(f"configs/local_demo.py presets are {sorted(PRESETS)}, got {arg!r}")
   config = base_config()
