@@ -191,11 +191,13 @@ def main(argv: list[str]) -> None:
 
   workdir = _WORKDIR.value or f"runs/{config.experiment.run_id}"
   if not planning_only:
+    from mgrpo_jax.scale.distributed import is_writer
     from mgrpo_jax.slices.run_fingerprint import check_fingerprint
     from mgrpo_jax.training.compilation_cache import enable_compilation_cache
 
     try:
-      check_fingerprint(config, workdir)  # a resume may not change what defines the run
+      if is_writer():  # process 0 records the run (the others may name another store)
+        check_fingerprint(config, workdir)  # a resume may not change what defines the run
     except ConfigError as e:
       _fail(str(e))
     enable_compilation_cache(config, workdir)  # before the first compilation
