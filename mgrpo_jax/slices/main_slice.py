@@ -51,7 +51,13 @@ from mgrpo_jax.scale.writers import log, metrics_writer
 from mgrpo_jax.serving.address import read_address, service_token
 from mgrpo_jax.serving.remote_client import RemoteSubAgentClient
 from mgrpo_jax.slices import step_math
-from mgrpo_jax.slices.common import Timer, check_config, describe_steps, open_run_store
+from mgrpo_jax.slices.common import (
+  Timer,
+  check_config,
+  describe_steps,
+  metrics_due,
+  open_run_store,
+)
 from mgrpo_jax.slices.faults import crash_point
 from mgrpo_jax.slices.step_cache import MainStepCache, records_from_json, records_to_json
 from mgrpo_jax.store.errors import StoreTimeoutError
@@ -260,7 +266,8 @@ def run_main_slice(config, workdir: str) -> None:
     for phase, seconds in timer.seconds.items():
       scalars[f"time/{phase}_s"] = seconds
     scalars.update({f"throughput/{k}_tokens_per_s": v for k, v in throughput.items()})
-    writer.write(step, scalars)
+    if metrics_due(config, step):
+      writer.write(step, scalars)
     log(format_progress(step + 1, num_steps, {
         "main/reward": scalars["main/reward_mean"], "loss": metrics["loss"],
         "sub_calls": scalars["main/sub_calls_mean"]}, timer.seconds, throughput))

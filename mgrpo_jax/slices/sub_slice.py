@@ -44,7 +44,13 @@ from mgrpo_jax.scale.writers import log, metrics_writer
 from mgrpo_jax.serving.address import encode_address, service_token
 from mgrpo_jax.serving.sub_service import RequestGate, SubAgentService, WeightVersions
 from mgrpo_jax.slices import step_math
-from mgrpo_jax.slices.common import Timer, check_config, describe_steps, open_run_store
+from mgrpo_jax.slices.common import (
+  Timer,
+  check_config,
+  describe_steps,
+  metrics_due,
+  open_run_store,
+)
 from mgrpo_jax.slices.faults import crash_point
 from mgrpo_jax.slices.step_cache import SubStepCache
 from mgrpo_jax.store.schema import MainOutcomes, SliceAck, ack_key, outcomes_key
@@ -230,7 +236,8 @@ def run_sub_slice(config, workdir: str) -> None:
       if update is not None:
         throughput["update"] = metrics["num_tokens"] / max(timer.seconds["update"], 1e-9)
         scalars["throughput/update_tokens_per_s"] = throughput["update"]
-      writer.write(step, scalars)
+      if metrics_due(config, step):
+        writer.write(step, scalars)
       log(format_progress(step + 1, num_steps, {
           "sub/reward": scalars["sub/reward_mean"], "calls": scalars["sub/calls"],
           **({"loss": metrics["loss"]} if update is not None else {})},
