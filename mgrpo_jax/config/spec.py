@@ -10,13 +10,22 @@ epsilon (clip range).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Protocol
 
 from mgrpo_jax.config.modes import MODES
+from mgrpo_jax.core.alignment import MODES as ALIGNMENT_MODES
+from mgrpo_jax.core.losses import AGGREGATIONS
 
 MODEL_PRESETS = ("tiny", "small", "smollm2_135m", "qwen2_5_0_5b", "qwen2_5_7b", "llama3_2_1b")
 # Presets loaded with pretrained weights (the others start from a seeded init).
 PRETRAINED_PRESETS = ("smollm2_135m",)
+
+
+class _Names(Protocol):
+  """A registry of named options (`core._registry.Registry`)."""
+
+  def names(self) -> list[str]:
+    ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,7 +36,9 @@ class Field:
     default: the default value; its Python type is the key's type (an int default
       also accepts ints for float keys, never the reverse).
     doc: what the key means, with the paper symbol where there is one.
-    choices: the allowed values, if the key is an enumeration.
+    choices: the allowed values, if the key is an enumeration: a tuple, or a registry
+      of the core (`names()`) whose registered names are read when asked (`allowed`),
+      so a name registered after this module is imported (a plugin's) is selectable.
     low: inclusive lower bound for numbers.
     high: inclusive upper bound for numbers.
     allow_empty: for strings, whether "" is allowed.
@@ -35,7 +46,7 @@ class Field:
 
   default: Any
   doc: str
-  choices: tuple[Any, ...] | None = None
+  choices: tuple[Any, ...] | _Names | None = None
   low: float | None = None
   high: float | None = None
   allow_empty: bool = True
@@ -43,6 +54,13 @@ class Field:
   @property
   def type(self) -> type:
     return type(self.default)
+
+  @property
+  def allowed(self) -> tuple[Any, ...] | None:
+    """The allowed values now (None: any value of the type and range)."""
+    if self.choices is None or isinstance(self.choices, tuple):
+      return self.choices
+    return tuple(self.choices.names())
 
 
 def _agent_spec(role: str, preset: str) -> dict[str, Any]:
@@ -108,9 +126,8 @@ def _agent_spec(role: str, preset: str) -> dict[str, Any]:
           "old_logp": Field("sampler", "pi_old: the sampler's log-probs, or recomputed by the "
                             "trainer's current weights (the released code).",
                             choices=("sampler", "recompute")),
-          "aggregation": Field("seq_mean_token_mean", "How token losses are reduced.",
-                               choices=("token_mean", "seq_mean_token_mean", "seq_mean_token_sum",
-                                        "seq_mean_token_sum_norm")),
+          "aggregation": Field("seq_mean_token_mean", "How token losses are reduced "
+                               "(`core.losses.AGGREGATIONS`).", choices=AGGREGATIONS),
           "kl_coef": Field(0.0, "Weight of the KL penalty to the frozen reference policy.",
                            low=0.0),
           "kl_estimator": Field("k3", "KL estimator.", choices=("k1", "k2", "k3")),
@@ -224,8 +241,8 @@ SPEC: dict[str, Any] = {
         "queries_per_step": Field(2, "B: queries per RL step.", low=1),
         "rollouts_per_query": Field(8, "K: rollouts (group size) per query.", low=2),
         "aligned_sub_calls": Field(8, "D: aligned sub-trajectory slots per rollout.", low=1),
-        "alignment": Field("duplicate_drop", "How variable sub-call counts become D slots.",
-                           choices=("duplicate_drop", "mask")),
+        "alignment": Field("duplicate_drop", "How variable sub-call counts become D slots "
+                           "(`core.alignment.MODES`).", choices=ALIGNMENT_MODES),
         "max_sub_calls": Field(16, "Sub-agent calls per rollout at most.", low=1),
         "advantage_std": Field("population", "Std of the group normalization.",
                                choices=("population", "unbiased")),
@@ -263,14 +280,14 @@ SPEC: dict[str, Any] = {
                                 "of a step (outcomes, ack) before failing.", low=0.1),
     },
     "checkpoint": {
-        "every": Field(1, "Checkpoint every this many steps.", low=1),
         "keep": Field(3, "Checkpoints kept per agent.", low=1),
         "async_save": Field(True, "Save checkpoints asynchronously."),
         "keep_period": Field(0, "Also keep every checkpoint whose step is a multiple of this "
                              "(0: only the newest `keep`).", low=0),
     },
     "logging": {
-        "every": Field(1, "Write metrics every this many steps.", low=1),
+        "every": Field(1, "Write a slice's metrics (metrics.jsonl, TensorBoard, W&B) of "
+                       "every this many steps, and of the last one.", low=1),
         "tensorboard": Field(True, "Also write TensorBoard event files."),
         "wandb": {
             "enabled": Field(False, "Also log each slice's metrics to Weights & Biases (needs "

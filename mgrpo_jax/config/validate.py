@@ -32,8 +32,8 @@ _SCRATCH_PRESETS = tuple(p for p in MODEL_PRESETS if p not in PRETRAINED_PRESETS
 
 
 def _describe(field: Field) -> str:
-  if field.choices is not None:
-    return "one of " + ", ".join(repr(c) for c in field.choices)
+  if field.allowed is not None:
+    return "one of " + ", ".join(repr(c) for c in field.allowed)
   kind = field.type.__name__
   if field.low is not None and field.high is not None:
     return f"a {kind} in [{field.low}, {field.high}]"
@@ -62,7 +62,7 @@ def _check_field(key: str, field: Field, value: Any) -> None:
     raise ConfigError(f"config key {key!r}: expected a finite {_describe(field)[2:]}, got "
                       f"{value!r}")
   bad = (
-      (field.choices is not None and value not in field.choices)
+      (field.allowed is not None and value not in field.allowed)
       or (field.low is not None and value < field.low)
       or (field.high is not None and value > field.high)
       or (field.type is str and not field.allow_empty and not value)
@@ -129,9 +129,6 @@ def _check_cross_keys(config: Mapping[str, Any]) -> None:
     _fail("world.size", f"{config['world']['size']!r} has no symbolic rendering "
           "(world.render='symbolic'): expected 'tiny' or 'small'")
   checkpoint = config["checkpoint"]
-  if checkpoint["every"] != 1:
-    _fail("checkpoint.every", f"must be 1 for RL training (each step's acknowledgement "
-          f"promises a durable checkpoint of that step), got {checkpoint['every']}")
   if checkpoint["keep"] < mgrpo["staleness"] + 1:
     _fail("checkpoint.keep", f"must be >= mgrpo.staleness + 1 = {mgrpo['staleness'] + 1} "
           f"(a restarted sub slice serves the older versions), got {checkpoint['keep']}")

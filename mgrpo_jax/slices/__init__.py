@@ -5,9 +5,11 @@
   pipeline         `--slice=all` as resumable stages: warm start, evaluation, RL, report
   main_slice       M's rollouts (S through the sub-agent service), outcomes, M's update
   sub_slice        the sub-agent service and S's update from the step's outcomes
+  runtime          what both slices' loops stand on, built once (`open_runtime`)
   step_math        rewards, alignment and advantages of one step
   step_cache       write-ahead caches: a restarted slice reuses what it produced
-  common           the settings the protocol relies on, the store, per-phase timing
+  common           the settings the protocol relies on, the store, per-phase timing,
+                   which steps' metrics are written (`logging.every`)
   faults           named crash points for restart tests
   run_fingerprint  the config keys that define a run, checked on every launch
 """

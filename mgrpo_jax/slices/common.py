@@ -11,13 +11,17 @@ from mgrpo_jax.training.paths import RunPaths
 
 def check_config(config) -> None:
   """Settings the step protocol relies on; raises ValueError naming the key."""
-  if int(config.checkpoint.every) != 1:
-    raise ValueError("checkpoint.every must be 1 for RL training: each step's acknowledgement "
-                     "promises a durable checkpoint of that step (exact resume)")
   staleness = int(config.mgrpo.staleness)
   if int(config.checkpoint.keep) < staleness + 1:
     raise ValueError(f"checkpoint.keep={config.checkpoint.keep} must be >= mgrpo.staleness + 1 "
                      f"= {staleness + 1}: a restarted sub slice serves the older versions")
+
+
+def metrics_due(config, step: int) -> bool:
+  """Whether step `step`'s metrics are written: every `logging.every`-th step (counted
+  from 1) and the run's last one."""
+  done = step + 1
+  return done % int(config.logging.every) == 0 or done == int(config.experiment.num_steps)
 
 
 def open_run_store(paths: RunPaths) -> Store:

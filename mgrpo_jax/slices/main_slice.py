@@ -43,28 +43,25 @@ import numpy as np
 from mgrpo_jax.agents.controller import RolloutController
 from mgrpo_jax.agents.modes import Agent, make_controller
 from mgrpo_jax.agents.scoring import score
-from mgrpo_jax.config.modes import parse_mode
-from mgrpo_jax.metrics import format_progress
 from mgrpo_jax.scale import distributed
-from mgrpo_jax.scale.multihost import device_batch, multi_host, rollout_model
-from mgrpo_jax.scale.writers import log, metrics_writer
+from mgrpo_jax.scale.multihost import multi_host, rollout_model
+from mgrpo_jax.scale.writers import log
 from mgrpo_jax.serving.address import read_address, service_token
 from mgrpo_jax.serving.remote_client import RemoteSubAgentClient
 from mgrpo_jax.slices import step_math
-from mgrpo_jax.slices.common import Timer, check_config, describe_steps, open_run_store
+from mgrpo_jax.slices.common import Timer, describe_steps
 from mgrpo_jax.slices.faults import crash_point
-from mgrpo_jax.slices.step_cache import MainStepCache, records_from_json, records_to_json
+from mgrpo_jax.slices.runtime import SliceRuntime, StepSettings, open_runtime
+from mgrpo_jax.slices.step_cache import records_from_json, records_to_json
 from mgrpo_jax.store.errors import StoreTimeoutError
-from mgrpo_jax.store.schema import MainOutcomes, SliceAck, ack_key
+from mgrpo_jax.store.schema import MainOutcomes, ack_key
 from mgrpo_jax.tasks.judges import ExactMatchJudge
 from mgrpo_jax.training import agent_setup
-from mgrpo_jax.training.batching import pack_sequences
-from mgrpo_jax.training.checkpoint import AgentCheckpointer, CheckpointConfig
-from mgrpo_jax.training.data import QueryStream, ensure_world, load_questions, world_rendering
+from mgrpo_jax.training.batching import TrainBatch, pack_sequences
+from mgrpo_jax.training.data import QueryStream, world_rendering
 from mgrpo_jax.training.files import dump_json
-from mgrpo_jax.training.optimizer import learning_rate_schedule
 from mgrpo_jax.training.paths import RunPaths
-from mgrpo_jax.training.update import batch_shardings, make_update_fn
+from mgrpo_jax.training.update import batch_shardings
 
 
 class _CrashAfterBatch:
@@ -120,156 +117,158 @@ def _sampled_tokens(records) -> int:
 
 def run_main_slice(config, workdir: str) -> None:
   """Runs the main slice to `experiment.num_steps` (module docstring)."""
-  check_config(config)
-  paths = RunPaths.from_config(config, workdir)
-  mode = parse_mode(str(config.experiment.mode))
-  seed, run_id = int(config.experiment.seed), str(config.experiment.run_id)
-  num_steps = int(config.experiment.num_steps)
-  num_queries = int(config.mgrpo.queries_per_step)
-  num_rollouts = int(config.mgrpo.rollouts_per_query)
-  staleness = int(config.mgrpo.staleness)
-  weights = step_math.RewardWeights.from_config(config.rewards)
-  advantage = step_math.AdvantageConfig(std=str(config.mgrpo.advantage_std),
-                                        eps=float(config.mgrpo.advantage_eps))
-  store = open_run_store(paths)
-  world_path = ensure_world(paths.local, config.world)
-  questions = load_questions(world_path, config.world, str(config.world.stage))
-  registry = agent_setup.tool_registry(world_path, config)
-  main_spec, sub_spec = agent_setup.agent_specs(config)
-  model, tokenizer = agent_setup.build_model(config.main, "main", paths.local, config)
-  trainer = agent_setup.create_agent_state(model, config.main, "main", config)
-  layout = trainer.layout
-  checkpointer = AgentCheckpointer(paths.checkpoints("main"), layout,
-                                   CheckpointConfig.from_config(config.checkpoint))
-  stream = QueryStream(questions, seed=agent_setup.derive_seed(seed, "data"),
-                       batch_size=num_queries)
-  restored = checkpointer.restore()
+  rt = open_runtime(config, workdir, "main")
+  settings, mode = rt.settings, rt.mode
+  stream = QueryStream(rt.questions, seed=agent_setup.derive_seed(settings.seed, "data"),
+                       batch_size=settings.num_queries)
+  metadata = rt.restore()
   start = 0
-  if restored is not None:
-    trainer.state, metadata = restored
+  if metadata is not None:
     stream.set_state(metadata["data_iterator"])
     start = int(metadata["steps_done"])
-  elif config.main.model.init_checkpoint:
-    agent_setup.restore_init_params(trainer, str(config.main.model.init_checkpoint))
-  cache = MainStepCache(paths.cache("main"))
-  writer_process = distributed.is_writer()
-  if start > 0 and writer_process:  # a crash between the checkpoint and the previous ack
-    ack = SliceAck(run_id, start - 1, "main", start)
-    store.put(ack.key, ack.to_bytes())
-  if writer_process:
-    cache.delete_before(start)
-
-  policy = agent_setup.sampler_policy(rollout_model(layout, trainer.state), tokenizer,
-                                      config.main, version=start)
-  rollout_config = agent_setup.rollout_config(config)
-  acting = agent_setup.rollout_policy(policy, tokenizer, "main")
-  client = None
-  expert_judge = None
-  if mode.decoupled:
-    client = _CrashAfterBatch(remote_client(config, paths))
-    controller = RolloutController(acting, tokenizer, registry, rollout_config,
-                                   sub_client=client, spec=main_spec)
   else:
-    controller = make_controller(mode, Agent(acting, tokenizer), registry, rollout_config,
-                                 main_spec=main_spec, sub_spec=sub_spec)
-    if mode.shared:
-      rendering = world_rendering(config)
-      train_world, _ = rendering.split_worlds(
-          config.world.size, int(config.world.seed), int(config.world.test_seed))
-      expert_judge = rendering.expert_judge(train_world)
+    rt.apply_init_checkpoint()
+  rt.resume(start, ack_version=start)
+  policy = rt.sampler_policy(version=start)
+  client = _CrashAfterBatch(remote_client(config, rt.paths)) if mode.decoupled else None
+  controller = _controller(rt, policy, client)
   answer_judge = ExactMatchJudge()
-  schedule = learning_rate_schedule(trainer.optim)
-  updates = {}
+  expert_judge = _expert_judge(config) if mode.shared else None
   share = (distributed.rollout_queries(
-      batch_shardings(layout, num_queries * num_rollouts).advantages, num_queries,
-      num_rollouts) if multi_host() else slice(None))
-  writer = metrics_writer(paths, "main", config)
-  log(f"main slice: mode={mode.name} {describe_steps(start, num_steps)} B={num_queries} "
-      f"K={num_rollouts} store={paths.store_uri}")
+      batch_shardings(rt.layout, settings.num_queries * settings.num_rollouts).advantages,
+      settings.num_queries, settings.num_rollouts) if multi_host() else slice(None))
+  rt.start_metrics()
+  log(f"main slice: mode={mode.name} {describe_steps(start, settings.num_steps)} "
+      f"B={settings.num_queries} K={settings.num_rollouts} store={rt.paths.store_uri}")
 
-  for step in range(start, num_steps):
+  for step in range(start, settings.num_steps):
     timer = Timer()
     if client is not None:
-      client.step = step
-      waited = step - 1 - staleness
-      with timer("wait_sub"):
-        if waited >= 0:
-          wait_for_sub_ack(store, ack_key(run_id, waited, "sub"), client.inner,
-                           float(config.store.wait_timeout_s))
-      client.inner.begin_step(step, max(0, step - staleness))
-    queries = stream.next_batch()
-    rollouts = _rollouts(step, queries, cache, controller, num_rollouts, seed, answer_judge,
-                         expert_judge, timer, share)
-    grid = step_math.main_grid(rollouts.main, rollouts.query_ids, num_rollouts)
-    r_main = step_math.main_rewards(grid["format_ok"], grid["correct"], weights)
-    a_main = step_math.main_advantages(r_main, advantage)
-    outcomes = MainOutcomes.from_arrays(
-        run_id, step, rollouts.query_ids, correct=grid["correct"] > 0.5, main_reward=r_main,
-        num_sub_calls=grid["num_sub_calls"], policy_version=step)
-    if writer_process:
-      with timer("store"):
-        store.put(outcomes.key, outcomes.to_bytes())
+      _wait_for_sub(rt, client, step, timer)
+    rollouts = _rollouts(step, stream.next_batch(), rt.cache, controller,
+                         settings.num_rollouts, settings.seed, answer_judge, expert_judge,
+                         timer, share)
+    outcome = _MainOutcome.of(rollouts, settings)
+    record = outcome.record(settings.run_id, step)
+    rt.put(record.key, record.to_bytes(), timer)
     crash_point("main", "outcomes", step)
-
-    batch = pack_sequences([step_math.token_sequence(r.trajectory) for r in rollouts.main],
-                           a_main.reshape(-1), pad_id=tokenizer.pad_id or 0,
-                           buckets=(int(config.main.limits.max_context),))
-    scalars = {}
-    if mode.shared:
-      sub_step = _shared_sub_step(rollouts, grid, r_main, config, step, weights, advantage,
-                                  tokenizer)
-      scalars.update(step_math.sub_step_scalars(sub_step))
-      scalars["shared/main_tokens"] = float(batch.loss_mask.sum())
-      scalars["shared/sub_tokens"] = float(sub_step.batch.loss_mask.sum())
-      batch = step_math.concat_batches(batch, sub_step.batch, tokenizer.pad_id or 0)
-    rows = batch.ids.shape[0]
-    if rows not in updates:
-      updates[rows] = make_update_fn(layout, trainer.update_config, rows,
-                                     learning_rate=schedule)
-    with timer("update"):
-      trainer.state, metrics = updates[rows](trainer.state, device_batch(layout, batch))
-      metrics = {k: float(v) for k, v in metrics.items()}
-    policy.sampler.model = rollout_model(layout, trainer.state)
+    batch, scalars = _main_batch(rt, step, rollouts, outcome)
+    metrics = rt.update(batch, timer)
+    policy.sampler.model = rollout_model(rt.layout, rt.trainer.state)
     policy.version = step + 1
-    with timer("checkpoint"):
-      checkpointer.save(trainer.state, force=True, metadata={
-          "steps_done": step + 1, "data_iterator": stream.get_state(),
-          "policy_version": step + 1})
-      checkpointer.wait_until_finished()
+    rt.checkpoint(timer, {"steps_done": step + 1, "data_iterator": stream.get_state(),
+                          "policy_version": step + 1})
     crash_point("main", "checkpoint", step)
-    if writer_process:
-      with timer("store"):
-        ack = SliceAck(run_id, step, "main", step + 1)
-        store.put(ack.key, ack.to_bytes())
-      cache.delete(step)
-
-    scalars.update({
-        "main/reward_mean": float(r_main.mean()), "main/correct_mean":
-        float(grid["correct"].mean()), "main/format_ok_mean": float(grid["format_ok"].mean()),
-        "main/advantage_abs_mean": float(np.abs(a_main).mean()),
-        "main/sub_calls_mean": float(grid["num_sub_calls"].mean()),
-        "main/sub_calls_max": float(grid["num_sub_calls"].max())})
+    rt.ack(step, step + 1, timer)
+    rt.drop_cache(step)
+    scalars.update(outcome.scalars())
     scalars.update({f"main/update/{k}": v for k, v in metrics.items()})
     scalars.update(rollouts.stats)
-    throughput = {"main": rollouts.stats["main/sampled_tokens"] / max(
-        timer.seconds.get("rollout", 0.0) - timer.seconds.get("sub_calls", 0.0), 1e-9),
-                  "update": metrics["num_tokens"] / max(timer.seconds["update"], 1e-9)}
-    if rollouts.stats.get("sub/sampled_tokens"):
-      throughput["sub"] = rollouts.stats["sub/sampled_tokens"] / max(
-          timer.seconds.get("sub_calls", 0.0), 1e-9)
-    for phase, seconds in timer.seconds.items():
-      scalars[f"time/{phase}_s"] = seconds
-    scalars.update({f"throughput/{k}_tokens_per_s": v for k, v in throughput.items()})
-    writer.write(step, scalars)
-    log(format_progress(step + 1, num_steps, {
+    rt.report(step, scalars, timer, _throughput(rollouts, metrics, timer), {
         "main/reward": scalars["main/reward_mean"], "loss": metrics["loss"],
-        "sub_calls": scalars["main/sub_calls_mean"]}, timer.seconds, throughput))
-  writer.close()
-  checkpointer.close()
+        "sub_calls": scalars["main/sub_calls_mean"]})
+  rt.close()
   if client is not None:
     client.inner.close()
   distributed.barrier("main slice: done")  # no process leaves before process 0's writes
   log("main slice: done")
+
+
+def _controller(rt: SliceRuntime, policy, client) -> RolloutController:
+  """The mode's rollout controller over `policy` (remote S through `client` if any)."""
+  main_spec, sub_spec = agent_setup.agent_specs(rt.config)
+  rollout_config = agent_setup.rollout_config(rt.config)
+  acting = agent_setup.rollout_policy(policy, rt.tokenizer, "main")
+  if client is not None:
+    return RolloutController(acting, rt.tokenizer, rt.registry, rollout_config,
+                             sub_client=client, spec=main_spec)
+  return make_controller(rt.mode, Agent(acting, rt.tokenizer), rt.registry, rollout_config,
+                         main_spec=main_spec, sub_spec=sub_spec)
+
+
+def _expert_judge(config):
+  """shared_policy: the r_expert judge of S's reports over the training world."""
+  rendering = world_rendering(config)
+  train_world, _ = rendering.split_worlds(
+      config.world.size, int(config.world.seed), int(config.world.test_seed))
+  return rendering.expert_judge(train_world)
+
+
+def _wait_for_sub(rt: SliceRuntime, client: _CrashAfterBatch, step: int,
+                  timer: Timer) -> None:
+  """Decoupled modes: S's ack of step t - 1 - staleness, then the step's S version."""
+  settings = rt.settings
+  client.step = step
+  waited = step - 1 - settings.staleness
+  with timer("wait_sub"):
+    if waited >= 0:
+      wait_for_sub_ack(rt.store, ack_key(settings.run_id, waited, "sub"), client.inner,
+                       settings.wait_timeout_s)
+  client.inner.begin_step(step, max(0, step - settings.staleness))
+
+
+@dataclasses.dataclass(frozen=True)
+class _MainOutcome:
+  """A step's [B, K] grid of M's outcomes, R_M and A_M."""
+
+  query_ids: list[str]
+  grid: dict[str, np.ndarray]
+  reward: np.ndarray
+  advantage: np.ndarray
+
+  @classmethod
+  def of(cls, rollouts: _Rollouts, settings: StepSettings) -> _MainOutcome:
+    grid = step_math.main_grid(rollouts.main, rollouts.query_ids, settings.num_rollouts)
+    reward = step_math.main_rewards(grid["format_ok"], grid["correct"], settings.weights)
+    return cls(rollouts.query_ids, grid, reward,
+               step_math.main_advantages(reward, settings.advantage))
+
+  def record(self, run_id: str, step: int) -> MainOutcomes:
+    """outcomes(t), the store record the sub slice trains S from."""
+    return MainOutcomes.from_arrays(
+        run_id, step, self.query_ids, correct=self.grid["correct"] > 0.5,
+        main_reward=self.reward, num_sub_calls=self.grid["num_sub_calls"],
+        policy_version=step)
+
+  def scalars(self) -> dict[str, float]:
+    grid = self.grid
+    return {
+        "main/reward_mean": float(self.reward.mean()),
+        "main/correct_mean": float(grid["correct"].mean()),
+        "main/format_ok_mean": float(grid["format_ok"].mean()),
+        "main/advantage_abs_mean": float(np.abs(self.advantage).mean()),
+        "main/sub_calls_mean": float(grid["num_sub_calls"].mean()),
+        "main/sub_calls_max": float(grid["num_sub_calls"].max())}
+
+
+def _main_batch(rt: SliceRuntime, step: int, rollouts: _Rollouts,
+                outcome: _MainOutcome) -> tuple[TrainBatch, dict[str, float]]:
+  """M's [N, T] batch (in shared_policy with the step's aligned S rows) and its scalars."""
+  batch = pack_sequences([step_math.token_sequence(r.trajectory) for r in rollouts.main],
+                         outcome.advantage.reshape(-1), pad_id=rt.pad_id,
+                         buckets=rt.buckets)
+  scalars = {}
+  if rt.mode.shared:
+    sub_step = _shared_sub_step(rollouts, outcome.grid, outcome.reward, rt.config, step,
+                                rt.settings.weights, rt.settings.advantage, rt.tokenizer)
+    scalars.update(step_math.sub_step_scalars(sub_step))
+    scalars["shared/main_tokens"] = float(batch.loss_mask.sum())
+    scalars["shared/sub_tokens"] = float(sub_step.batch.loss_mask.sum())
+    batch = step_math.concat_batches(batch, sub_step.batch, rt.pad_id)
+  return batch, scalars
+
+
+def _throughput(rollouts: _Rollouts, metrics: dict[str, float],
+                timer: Timer) -> dict[str, float]:
+  """Sampled tokens per second of M (without S's calls) and S, trained ones of the update."""
+  seconds = timer.seconds
+  throughput = {"main": rollouts.stats["main/sampled_tokens"] / max(
+      seconds.get("rollout", 0.0) - seconds.get("sub_calls", 0.0), 1e-9),
+                "update": metrics["num_tokens"] / max(seconds["update"], 1e-9)}
+  if rollouts.stats.get("sub/sampled_tokens"):
+    throughput["sub"] = rollouts.stats["sub/sampled_tokens"] / max(
+        seconds.get("sub_calls", 0.0), 1e-9)
+  return throughput
 
 
 def _rollouts(step, queries, cache, controller, num_rollouts, seed, answer_judge,

@@ -37,25 +37,20 @@ import dataclasses
 import numpy as np
 
 from mgrpo_jax.config.modes import parse_mode
-from mgrpo_jax.metrics import format_progress
 from mgrpo_jax.scale import distributed
-from mgrpo_jax.scale.multihost import device_batch, multi_host, rollout_model, servable_params
-from mgrpo_jax.scale.writers import log, metrics_writer
+from mgrpo_jax.scale.multihost import multi_host, servable_params
+from mgrpo_jax.scale.writers import log
 from mgrpo_jax.serving.address import encode_address, service_token
 from mgrpo_jax.serving.sub_service import RequestGate, SubAgentService, WeightVersions
 from mgrpo_jax.slices import step_math
-from mgrpo_jax.slices.common import Timer, check_config, describe_steps, open_run_store
+from mgrpo_jax.slices.common import Timer, describe_steps
 from mgrpo_jax.slices.faults import crash_point
-from mgrpo_jax.slices.step_cache import SubStepCache
-from mgrpo_jax.store.schema import MainOutcomes, SliceAck, ack_key, outcomes_key
+from mgrpo_jax.slices.runtime import SliceRuntime, open_runtime
+from mgrpo_jax.store.schema import MainOutcomes, ack_key, outcomes_key
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.batching import TrainBatch
-from mgrpo_jax.training.checkpoint import AgentCheckpointer, CheckpointConfig
-from mgrpo_jax.training.data import ensure_world, load_questions, world_rendering
+from mgrpo_jax.training.data import world_rendering
 from mgrpo_jax.training.files import atomic_write
-from mgrpo_jax.training.optimizer import learning_rate_schedule
-from mgrpo_jax.training.paths import RunPaths
-from mgrpo_jax.training.update import make_update_fn
 
 
 def _acked_steps(store, run_id: str, num_steps: int) -> int:
@@ -84,164 +79,155 @@ def run_sub_slice(config, workdir: str) -> None:
   if not mode.decoupled:
     log(f"sub slice: mode={mode.name} has no separate sub-agent slice; nothing to do")
     return
-  check_config(config)
-  paths = RunPaths.from_config(config, workdir)
-  seed, run_id = int(config.experiment.seed), str(config.experiment.run_id)
-  num_steps = int(config.experiment.num_steps)
-  num_rollouts = int(config.mgrpo.rollouts_per_query)
-  num_slots = int(config.mgrpo.aligned_sub_calls)
-  staleness = int(config.mgrpo.staleness)
-  trains = mode.sub_trained
-  weights = step_math.RewardWeights.from_config(config.rewards)
-  advantage = step_math.AdvantageConfig(std=str(config.mgrpo.advantage_std),
-                                        eps=float(config.mgrpo.advantage_eps))
-  store = open_run_store(paths)
-  world_path = ensure_world(paths.local, config.world)
-  questions = {q.id: q for q in load_questions(world_path, config.world,
-                                               str(config.world.stage))}
-  rendering = world_rendering(config)
-  train_world, _ = rendering.split_worlds(config.world.size, int(config.world.seed),
-                                          int(config.world.test_seed))
-  judge = rendering.expert_judge(train_world)
-  registry = agent_setup.tool_registry(world_path, config)
-  model, tokenizer = agent_setup.build_model(config.sub, "sub", paths.local, config)
-  trainer = agent_setup.create_agent_state(model, config.sub, "sub", config)
-  layout = trainer.layout
-  if config.sub.model.init_checkpoint:
-    agent_setup.restore_init_params(trainer, str(config.sub.model.init_checkpoint))
-  initial_params = servable_params(layout, trainer.state)
-  checkpointer = AgentCheckpointer(paths.checkpoints("sub"), layout,
-                                   CheckpointConfig.from_config(config.checkpoint))
-  restored = checkpointer.restore()
-  if restored is not None:
-    trainer.state, metadata = restored
-  if trains:
-    start = 0 if restored is None else int(metadata["steps_done"])
-  else:
-    start = int(distributed.broadcast_bytes(  # process 0's reading for all processes
-        str(_acked_steps(store, run_id, num_steps)).encode()))
-    if restored is None:
-      checkpointer.save(trainer.state, force=True, metadata={"steps_done": 0})
-      checkpointer.wait_until_finished()
+  rt = open_runtime(config, workdir, "sub")
+  settings, trains = rt.settings, mode.sub_trained
+  scoring = _Scoring.of(rt)
+  rt.apply_init_checkpoint()
+  initial_params = servable_params(rt.layout, rt.trainer.state)
+  start = _start(rt, rt.restore())
+  versions = _published_versions(rt, start, initial_params)
+  rt.resume(start, ack_version=int(rt.trainer.state.step) if trains else None)
+  policy = rt.sampler_policy(version=start)  # collective with several processes
+  server = _serve(rt, policy, versions, start) if rt.is_writer else None
+  rt.start_metrics()
+  try:
+    for step in range(start, settings.num_steps):
+      timer = Timer()
+      with timer("wait_outcomes"):
+        rt.store.wait_for([outcomes_key(settings.run_id, step)],
+                          timeout=settings.wait_timeout_s)
+      sub_step = _prepare(rt, scoring, step, timer) if rt.is_writer else None
+      scalars = step_math.sub_step_scalars(sub_step) if rt.is_writer else {}
+      metrics = _train(rt, sub_step, step, timer) if trains else None
+      if metrics is not None:
+        scalars.update({f"sub/update/{k}": v for k, v in metrics.items()})
+      crash_point("sub", "checkpoint", step)
+      rt.ack(step, int(rt.trainer.state.step), timer)
+      versions.publish(step + 1, servable_params(rt.layout, rt.trainer.state) if trains
+                       else initial_params)
+      if not rt.is_writer:
+        continue
+      rt.drop_cache(step)
+      throughput = {} if metrics is None else {
+          "update": metrics["num_tokens"] / max(timer.seconds["update"], 1e-9)}
+      rt.report(step, scalars, timer, throughput, {
+          "sub/reward": scalars["sub/reward_mean"], "calls": scalars["sub/calls"],
+          **({"loss": metrics["loss"]} if metrics is not None else {})})
+  finally:
+    if server is not None:
+      server.stop()
+    rt.close()
+  distributed.barrier("sub slice: done")
+  log("sub slice: done")
 
+
+def _start(rt: SliceRuntime, metadata: dict | None) -> int:
+  """The first step to run: S's `steps_done`, or (frozen_sub) the steps acknowledged,
+  with a checkpoint of the initial weights on a fresh start."""
+  if rt.mode.sub_trained:
+    return 0 if metadata is None else int(metadata["steps_done"])
+  start = int(distributed.broadcast_bytes(  # process 0's reading for all processes
+      str(_acked_steps(rt.store, rt.settings.run_id, rt.settings.num_steps)).encode()))
+  if metadata is None:
+    rt.checkpointer.save(rt.trainer.state, force=True, metadata={"steps_done": 0})
+    rt.checkpointer.wait_until_finished()
+  return start
+
+
+def _published_versions(rt: SliceRuntime, start: int, initial_params) -> WeightVersions:
+  """S's weight versions max(0, start - staleness)..start, older ones from checkpoints."""
+  staleness, trains = rt.settings.staleness, rt.mode.sub_trained
   versions = WeightVersions(keep=staleness + 1)
   for version in range(max(0, start - staleness), start + 1):
     if not trains or version == 0:
       params = initial_params
     elif version == start:
-      params = servable_params(layout, trainer.state)
+      params = servable_params(rt.layout, rt.trainer.state)
     else:
-      params = servable_params(layout, checkpointer.restore(version)[0])
+      params = servable_params(rt.layout, rt.checkpointer.restore(version)[0])
     versions.publish(version, params)
-  cache = SubStepCache(paths.cache("sub"))
-  writer_process = distributed.is_writer()
-  if start > 0 and trains and writer_process:  # a crash between checkpoint and ack(start-1)
-    ack = SliceAck(run_id, start - 1, "sub", int(trainer.state.step))
-    store.put(ack.key, ack.to_bytes())
-  if writer_process:
-    cache.delete_before(start)
+  return versions
 
-  policy = agent_setup.sampler_policy(rollout_model(layout, trainer.state), tokenizer,
-                                      config.sub, version=start)
-  server = None
-  if writer_process:
-    service = SubAgentService(
-        policy, layout.graphdef, tokenizer, registry, agent_setup.rollout_config(config),
-        versions, cache.put, after_persist=lambda step: crash_point("sub", "served", step),
-        spec=agent_setup.agent_specs(config)[1],
-        rollout_policy=agent_setup.rollout_policy(policy, tokenizer, "sub"),
-        gate=RequestGate(num_steps, staleness, frozenset(questions), num_rollouts,
-                         int(config.mgrpo.max_sub_calls)))
-    server = service.server(host=str(config.serving.host), port=int(config.serving.port),
-                            token=service_token(str(config.serving.token_env))).start()
-    atomic_write(paths.service_address(), encode_address(server.address))
-    host, port = server.address
-    log(f"sub slice: mode={mode.name} serving S on {host}:{port}, "
-        f"{describe_steps(start, num_steps)}")
 
-  buckets = (int(config.sub.limits.max_context),)  # one T: one compiled update per run
-  schedule = learning_rate_schedule(trainer.optim)
-  update = make_update_fn(layout, trainer.update_config,
-                          int(config.mgrpo.queries_per_step) * num_rollouts * num_slots,
-                          learning_rate=schedule) if trains else None
-  writer = metrics_writer(paths, "sub", config)
+def _serve(rt: SliceRuntime, policy, versions: WeightVersions, start: int):
+  """Process 0: starts the sub-agent service of `policy` and publishes its address;
+  returns the server."""
+  config, settings = rt.config, rt.settings
+  service = SubAgentService(
+      policy, rt.layout.graphdef, rt.tokenizer, rt.registry,
+      agent_setup.rollout_config(config), versions, rt.cache.put,
+      after_persist=lambda step: crash_point("sub", "served", step),
+      spec=agent_setup.agent_specs(config)[1],
+      rollout_policy=agent_setup.rollout_policy(policy, rt.tokenizer, "sub"),
+      gate=RequestGate(settings.num_steps, settings.staleness,
+                       frozenset(q.id for q in rt.questions), settings.num_rollouts,
+                       int(config.mgrpo.max_sub_calls)))
+  server = service.server(host=str(config.serving.host), port=int(config.serving.port),
+                          token=service_token(str(config.serving.token_env))).start()
+  atomic_write(rt.paths.service_address(), encode_address(server.address))
+  host, port = server.address
+  log(f"sub slice: mode={rt.mode.name} serving S on {host}:{port}, "
+      f"{describe_steps(start, settings.num_steps)}")
+  return server
 
-  def prepare(step: int, timer: Timer) -> step_math.SubStep:
-    """Process 0: step t's S records scored, aligned and packed (module docstring)."""
-    key = outcomes_key(run_id, step)
-    with timer("store"):
-      outcomes = MainOutcomes.from_bytes(key, store.get(key))
-    arrays = outcomes.to_arrays()
-    query_ids = [q.query_id for q in outcomes.queries]
-    with timer("load"):
-      arrived = cache.load(step)
-    crash_point("sub", "loaded", step)
-    with timer("scoring"):
-      indexed = step_math.index_sub_records([r for _, r in arrived], query_ids,
-                                            arrays["num_sub_calls"])
-      scored = score_sub_records(indexed, query_ids, arrays["correct"], questions, judge)
+
+@dataclasses.dataclass(frozen=True)
+class _Scoring:
+  """What S's records are scored with: the questions by id and the r_expert judge."""
+
+  questions: dict
+  judge: object
+
+  @classmethod
+  def of(cls, rt: SliceRuntime) -> _Scoring:
+    world = rt.config.world
+    rendering = world_rendering(rt.config)
+    train_world, _ = rendering.split_worlds(world.size, int(world.seed),
+                                            int(world.test_seed))
+    return cls({q.id: q for q in rt.questions}, rendering.expert_judge(train_world))
+
+
+def _prepare(rt: SliceRuntime, scoring: _Scoring, step: int,
+             timer: Timer) -> step_math.SubStep:
+  """Process 0: step t's S records scored, aligned and packed (module docstring)."""
+  settings = rt.settings
+  key = outcomes_key(settings.run_id, step)
+  with timer("store"):
+    outcomes = MainOutcomes.from_bytes(key, rt.store.get(key))
+  arrays = outcomes.to_arrays()
+  query_ids = [q.query_id for q in outcomes.queries]
+  with timer("load"):
+    arrived = rt.cache.load(step)
+  crash_point("sub", "loaded", step)
+  with timer("scoring"):
+    indexed = step_math.index_sub_records([r for _, r in arrived], query_ids,
+                                          arrays["num_sub_calls"])
+    scored = score_sub_records(indexed, query_ids, arrays["correct"], scoring.questions,
+                               scoring.judge)
+  if not rt.mode.aligned:
     position = {qid: q for q, qid in enumerate(query_ids)}
-    if not mode.aligned:
-      keys = [(position[r.query_id], r.rollout_index, r.call_index) for _, r in arrived]
-      ordered = [(k, scored[k]) for k in keys]
-      return step_math.arrival_sub_step(
-          ordered, arrays["correct"], num_queries=len(query_ids),
-          group_size=num_rollouts * num_slots, weights=weights, advantage=advantage,
-          pad_id=tokenizer.pad_id or 0, buckets=buckets)
-    return step_math.aligned_sub_step(
-        scored, arrays["main_reward"], arrays["correct"], arrays["num_sub_calls"],
-        num_slots=num_slots, key=agent_setup.step_key(seed, "align", step),
-        mode=str(config.mgrpo.alignment), weights=weights, advantage=advantage,
-        pad_id=tokenizer.pad_id or 0, buckets=buckets)
+    keys = [(position[r.query_id], r.rollout_index, r.call_index) for _, r in arrived]
+    return step_math.arrival_sub_step(
+        [(k, scored[k]) for k in keys], arrays["correct"], num_queries=len(query_ids),
+        group_size=settings.num_rollouts * settings.num_slots, weights=settings.weights,
+        advantage=settings.advantage, pad_id=rt.pad_id, buckets=rt.buckets)
+  return step_math.aligned_sub_step(
+      scored, arrays["main_reward"], arrays["correct"], arrays["num_sub_calls"],
+      num_slots=settings.num_slots, key=agent_setup.step_key(settings.seed, "align", step),
+      mode=str(rt.config.mgrpo.alignment), weights=settings.weights,
+      advantage=settings.advantage, pad_id=rt.pad_id, buckets=rt.buckets)
 
-  try:
-    for step in range(start, num_steps):
-      timer = Timer()
-      with timer("wait_outcomes"):
-        store.wait_for([outcomes_key(run_id, step)],
-                       timeout=float(config.store.wait_timeout_s))
-      sub_step = prepare(step, timer) if writer_process else None
-      scalars = step_math.sub_step_scalars(sub_step) if writer_process else {}
-      if update is not None:
-        batch = sub_step.batch if writer_process else None
-        if multi_host():
-          with timer("broadcast"):
-            batch = _broadcast_batch(batch)
-        with timer("update"):
-          trainer.state, metrics = update(trainer.state, device_batch(layout, batch))
-          metrics = {k: float(v) for k, v in metrics.items()}
-        scalars.update({f"sub/update/{k}": v for k, v in metrics.items()})
-        with timer("checkpoint"):
-          checkpointer.save(trainer.state, force=True, metadata={"steps_done": step + 1})
-          checkpointer.wait_until_finished()
-      crash_point("sub", "checkpoint", step)
-      if writer_process:
-        with timer("store"):
-          ack = SliceAck(run_id, step, "sub", int(trainer.state.step))
-          store.put(ack.key, ack.to_bytes())
-      versions.publish(step + 1, servable_params(layout, trainer.state) if trains
-                       else initial_params)
-      if not writer_process:
-        continue
-      cache.delete(step)
-      for phase, seconds in timer.seconds.items():
-        scalars[f"time/{phase}_s"] = seconds
-      throughput = {}
-      if update is not None:
-        throughput["update"] = metrics["num_tokens"] / max(timer.seconds["update"], 1e-9)
-        scalars["throughput/update_tokens_per_s"] = throughput["update"]
-      writer.write(step, scalars)
-      log(format_progress(step + 1, num_steps, {
-          "sub/reward": scalars["sub/reward_mean"], "calls": scalars["sub/calls"],
-          **({"loss": metrics["loss"]} if update is not None else {})},
-          timer.seconds, throughput))
-  finally:
-    if server is not None:
-      server.stop()
-    writer.close()
-    checkpointer.close()
-  distributed.barrier("sub slice: done")
-  log("sub slice: done")
+
+def _train(rt: SliceRuntime, sub_step: step_math.SubStep | None, step: int,
+           timer: Timer) -> dict[str, float]:
+  """S's update on the step's batch (process 0's, broadcast), then its checkpoint."""
+  batch = sub_step.batch if rt.is_writer else None
+  if multi_host():
+    with timer("broadcast"):
+      batch = _broadcast_batch(batch)
+  metrics = rt.update(batch, timer)
+  rt.checkpoint(timer, {"steps_done": step + 1})
+  return metrics
 
 
 def _broadcast_batch(batch: TrainBatch | None) -> TrainBatch:

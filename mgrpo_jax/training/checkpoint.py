@@ -41,20 +41,16 @@ class CheckpointConfig:
   """Checkpoint policy (keys `checkpoint.*`).
 
   Attributes:
-    every: save when the state's step is a multiple of this.
     keep: number of newest checkpoints kept.
     async_save: write in a background thread.
     keep_period: also keep checkpoints whose step is a multiple of this (0: none).
   """
 
-  every: int = 1
   keep: int = 3
   async_save: bool = True
   keep_period: int = 0
 
   def __post_init__(self):
-    if self.every < 1:
-      raise ValueError(f"checkpoint.every must be >= 1, got {self.every}")
     if self.keep < 1:
       raise ValueError(f"checkpoint.keep must be >= 1, got {self.keep}")
     if self.keep_period < 0:
@@ -63,7 +59,7 @@ class CheckpointConfig:
   @classmethod
   def from_config(cls, checkpoint: Any) -> CheckpointConfig:
     """Builds it from the `checkpoint` ConfigDict section."""
-    return cls(every=int(checkpoint["every"]), keep=int(checkpoint["keep"]),
+    return cls(keep=int(checkpoint["keep"]),
                async_save=bool(checkpoint["async_save"]),
                keep_period=int(checkpoint["keep_period"]))
 
@@ -90,7 +86,6 @@ class AgentCheckpointer:
                config: CheckpointConfig = CheckpointConfig()):
     self.directory = _resolve(directory)
     self._layout = layout
-    self._every = config.every
     options = ocp.CheckpointManagerOptions(
         max_to_keep=config.keep, keep_period=config.keep_period or None,
         enable_async_checkpointing=config.async_save, create=True)
@@ -98,19 +93,19 @@ class AgentCheckpointer:
 
   def save(self, state: TrainState, *, metadata: dict[str, Any] | None = None,
            force: bool = False) -> bool:
-    """Saves `state` as checkpoint `state.step` when that step is a multiple of `every`.
+    """Saves `state` as checkpoint `state.step`.
 
     Args:
       state: the agent's state (may be donated to an update right after the call).
       metadata: JSON-serializable dict stored next to it.
-      force: save whatever the step (e.g. at the end of a run).
+      force: passed to orbax: save even where its own policy would skip the step.
 
     Returns:
-      Whether a save was started; False when it is not due or when checkpoint
-      `state.step` already exists (a resumed run re-saving the step it restored).
+      Whether a save was started; False when checkpoint `state.step` already exists (a
+      resumed run re-saving the step it restored) or orbax skipped it.
     """
     step = int(state.step)
-    if not (force or step % self._every == 0) or step in self._manager.all_steps():
+    if step in self._manager.all_steps():
       return False
     args = ocp.args.Composite(state=ocp.args.StandardSave(state),
                               metadata=ocp.args.JsonSave(dict(metadata or {})))

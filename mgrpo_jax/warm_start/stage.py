@@ -44,14 +44,25 @@ from mgrpo_jax.warm_start.sft import SFTConfig, sft
 # and 64 tokens up to 640, so short demonstrations (the symbolic world's: 60-120 tokens)
 # pay for little padding.
 SFT_BUCKETS = (64, 96, 128, 192, 256, 320, 384, 448, 512, 576, 640, 768, 1024, 1536, 2048, 4096)
-_DONE = "warm_start.json"
-SFT_WARMUP_STEPS = 10  # linear warm-up of the warm start's learning rate
-# Tokens per copy-curriculum sequence (`copy_sequences`).
+# Batches per length-sorted window of the SFT (`SFTConfig.length_groups`): rows of
+# similar length share a batch, so a batch pays little padding, while the shuffle of the
+# batches keeps the epoch's order random.
+SFT_LENGTH_GROUPS = 8
+# Steps of linear warm-up to `warm_start.learning_rate`, a high rate (3e-3 by default,
+# for models trained from scratch) that the first updates of a fresh model would
+# otherwise take at full size.
+SFT_WARMUP_STEPS = 10
+# The warm start takes plain Adam steps (no weight decay); the RL stage's optimizer has
+# its own, `<role>.optim.weight_decay`.
+SFT_WEIGHT_DECAY = 0.0
+# Tokens per copy-curriculum sequence (`copy_sequences`, spans of 4-24 tokens and their
+# copy), as long as the symbolic world's demonstrations (about 70-120 tokens); their
+# windows are cut to at most this length too.
 COPY_LENGTH = 128
-# Sequences the logged NLL before and after each SFT phase is measured on (a diagnostic).
+# Sequences the logged NLL before and after each SFT phase is measured on (a diagnostic:
+# a pass over all of them would cost more than it tells).
 NLL_SEQUENCES = 64
-
-
+_DONE = "warm_start.json"
 
 
 def run_warm_start(config, paths: RunPaths, spawn) -> dict[str, str]:
@@ -131,15 +142,15 @@ def warm_start_agent(config, workdir: str, role: str) -> None:
     else:
       sequences += demos.main + (demos.sub if mode.shared else [])
   model, role_tokenizer = models[role]
-  optim = OptimizerConfig(learning_rate=float(ws.learning_rate), weight_decay=0.0,
-                          warmup_steps=SFT_WARMUP_STEPS, eps=1e-8)
+  optim = OptimizerConfig(learning_rate=float(ws.learning_rate),
+                          weight_decay=SFT_WEIGHT_DECAY, warmup_steps=SFT_WARMUP_STEPS)
   mesh = create_mesh(MeshConfig.from_config(config[role].mesh))
   state, layout = create_train_state(model, make_optimizer(optim), mesh,
                                      seed=agent_setup.derive_seed(seed, "warm_start", role))
   sft_config = SFTConfig(epochs=int(ws.epochs), batch_rows=int(ws.batch_rows),
-                                    buckets=SFT_BUCKETS, length_groups=8,
-                                    nll_every_epoch=False, nll_sequences=NLL_SEQUENCES,
-                                    seed=agent_setup.derive_seed(seed, "sft", role))
+                         buckets=SFT_BUCKETS, length_groups=SFT_LENGTH_GROUPS,
+                         nll_every_epoch=False, nll_sequences=NLL_SEQUENCES,
+                         seed=agent_setup.derive_seed(seed, "sft", role))
   pad_id = role_tokenizer.pad_id or 0
   started = time.perf_counter()
   summary: dict[str, Any] = {"demonstrations": len(sequences)}
@@ -148,8 +159,8 @@ def warm_start_agent(config, workdir: str, role: str) -> None:
         role, state, layout, sequences, int(ws.copy_steps), int(ws.window_copy_steps),
         sft_config, pad_id)
   _, metrics = sft(state, layout, sequences, sft_config,
-                              checkpoint_dir=str(folder / role), pad_id=pad_id,
-                              progress=PhaseProgress(f"warm start {role} (sft)", log))
+                   checkpoint_dir=str(folder / role), pad_id=pad_id,
+                   progress=PhaseProgress(f"warm start {role} (sft)", log))
   summary.update(steps=metrics["steps"], nll=metrics["nll"],
                  seconds=time.perf_counter() - started)
   log(f"warm start {role}: {len(sequences)} demonstrations, {metrics['steps']} steps, "
@@ -163,8 +174,7 @@ def _learn_to_copy(role: str, state, layout, demonstrations, steps: int, window_
   demonstrations' token ids, then `window_steps` of copies inside their own windows."""
   started = time.perf_counter()
   rows = sft_config.batch_rows
-  # Windows as long as the longest demonstration, at most COPY_LENGTH (the symbolic
-  # world's are about 70-120 tokens).
+  # Windows as long as the longest demonstration, at most COPY_LENGTH.
   window = min(COPY_LENGTH, max(len(d.ids) for d in demonstrations))
   phases = {
       "random": (steps, lambda: copy_sequences(
@@ -174,8 +184,8 @@ def _learn_to_copy(role: str, state, layout, demonstrations, steps: int, window_
           window_steps * rows, demonstrations, length=window, seed=sft_config.seed)),
   }
   config = SFTConfig(epochs=1, batch_rows=rows, buckets=(COPY_LENGTH,),
-                                seed=sft_config.seed, nll_every_epoch=False,
-                                nll_sequences=NLL_SEQUENCES)
+                     seed=sft_config.seed, nll_every_epoch=False,
+                     nll_sequences=NLL_SEQUENCES)
   summary: dict[str, Any] = {}
   for phase, (count, sequences) in phases.items():
     if count:

@@ -30,7 +30,7 @@ def _state(seed: int):
 def test_gcs_round_trip_keep_and_resume(gcs_bucket):
   directory = f"gs://{gcs_bucket}/runs/r1/checkpoints/sub"
   state, layout = _state(seed=0)
-  config = CheckpointConfig(every=1, keep=2, async_save=True)
+  config = CheckpointConfig(keep=2, async_save=True)
   snapshots = {}
   with AgentCheckpointer(directory, layout, config) as checkpointer:
     assert checkpointer.restore() is None

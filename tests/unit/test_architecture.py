@@ -11,7 +11,7 @@ _MODELS = {"models", "text", "sampling", "utils"}
 _AGENTS = {"agents", "agents.tools", "tasks", "core", "config"}
 ALLOWED = {
     "core": set(),
-    "config": set(),
+    "config": {"core"},  # the core's registries are the choices of their keys
     "metrics": set(),
     "utils": set(),
     "store": {"utils"},

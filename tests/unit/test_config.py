@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 
 from mgrpo_jax.config import SPEC, ConfigError, apply_overrides, base_config, iter_fields, validate
 from mgrpo_jax.config.spec import PRETRAINED_PRESETS
+from mgrpo_jax.core.alignment import MODES as ALIGNMENT_MODES
+from mgrpo_jax.core.losses import AGGREGATIONS
 from mgrpo_jax.store import keys
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
@@ -36,8 +38,8 @@ def test_base_config_holds_every_declared_key_with_its_default():
 def test_every_field_is_documented_and_its_default_is_valid():
   for key, field in iter_fields():
     assert field.doc.strip(), key
-    if field.choices is not None:
-      assert field.default in field.choices, key
+    if field.allowed is not None:
+      assert field.default in field.allowed, key
 
 
 @pytest.mark.parametrize("preset", [None, "paper", "released_code"])
@@ -138,6 +140,31 @@ def test_spec_groups_match_the_design_modes():
       "mgrpo", "frozen_sub", "no_alignment", "shared_policy", "single_agent")
 
 
+def test_aggregation_and_alignment_choices_are_the_core_registries():
+  # one source of truth: what the core can compute is what the config may select
+  assert SPEC["main"]["loss"]["aggregation"].allowed == tuple(AGGREGATIONS.names())
+  assert SPEC["mgrpo"]["alignment"].allowed == tuple(ALIGNMENT_MODES.names())
+  assert "seq_mean_token_sum_norm" in SPEC["sub"]["loss"]["aggregation"].allowed
+  assert set(SPEC["mgrpo"]["alignment"].allowed) >= {"duplicate_drop", "mask"}
+
+
+def test_a_name_registered_later_is_selectable(monkeypatch):
+  monkeypatch.setattr(AGGREGATIONS, "_items", dict(AGGREGATIONS._items))  # undone after
+  config = base_config()
+  apply_overrides(config, {"main.loss.aggregation": "test_registered_later"})
+  with pytest.raises(ConfigError, match=r"'main\.loss\.aggregation': expected one of .*"
+                     r"'seq_mean_token_mean'"):
+    validate(config)
+  AGGREGATIONS.register("test_registered_later")(lambda *args, **kwargs: None)
+  validate(config)
+
+
+def test_checkpoint_every_is_not_a_setting():
+  # every RL step is checkpointed (its acknowledgement promises a durable checkpoint)
+  with pytest.raises(ConfigError, match=r"'checkpoint\.every' is not a known setting"):
+    apply_overrides(base_config(), {"checkpoint.every": 2})
+
+
 @pytest.mark.parametrize("key,value,message", [
     ("main.optim.learning_rate", float("nan"), r"'main\.optim\.learning_rate': expected a "
      r"finite float in \[0\.0, 1\.0\], got nan"),
@@ -167,7 +194,6 @@ def test_nan_and_inf_are_rejected_naming_the_key(key, value, message):
     ({"experiment.run_id": "r" * 129}, r"'experiment\.run_id'"),
     ({"world.render": "symbolic", "world.size": "large"},
      r"'world\.size': 'large' has no symbolic rendering"),
-    ({"checkpoint.every": 2}, r"'checkpoint\.every': must be 1 for RL training"),
     ({"mgrpo.staleness": 3}, r"'checkpoint\.keep': must be >= mgrpo\.staleness \+ 1 = 4"),
     ({"serving.host": "0.0.0.0"}, r"'serving\.host': '0\.0\.0\.0' is reachable from other "
      r"machines, .* set serving\.token_env"),

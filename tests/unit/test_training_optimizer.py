@@ -94,5 +94,4 @@ def test_config_sections_map_onto_the_dataclasses():
   assert update.loss.max_len == config.sub.limits.max_context
   assert (update.loss.clip_low, update.loss.clip_high) == (0.2, 0.28)
   assert MeshConfig.from_config(config.sub.mesh).shape == (1, 4, 1)
-  assert CheckpointConfig.from_config(config.checkpoint) == CheckpointConfig(
-      every=1, keep=3, async_save=True)
+  assert CheckpointConfig.from_config(config.checkpoint) == CheckpointConfig(keep=3, async_save=True)

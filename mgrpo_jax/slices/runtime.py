@@ -1,0 +1,209 @@
+"""What both slices run on, built once: `open_runtime(config, workdir, role)`.
+
+A slice's loop (`main_slice.py`, `sub_slice.py`) is the step protocol of
+docs/ALGORITHM.md; everything it stands on is here: the step's settings, the run's
+folders and store, the world's questions and tools, the agent's model, train state,
+checkpointer and write-ahead cache, its update, acknowledgements, and the metrics and
+progress line of a step. With several processes, process 0 alone writes (store records,
+caches, metrics, log lines); checkpoint saves and restores are collective.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from typing import Any
+
+from mgrpo_jax.config.modes import Mode, parse_mode
+from mgrpo_jax.metrics import format_progress
+from mgrpo_jax.scale import distributed
+from mgrpo_jax.scale.multihost import device_batch, rollout_model
+from mgrpo_jax.scale.writers import log, metrics_writer
+from mgrpo_jax.slices import step_math
+from mgrpo_jax.slices.common import Timer, check_config, metrics_due, open_run_store
+from mgrpo_jax.slices.step_cache import MainStepCache, SubStepCache
+from mgrpo_jax.store.protocol import Store
+from mgrpo_jax.store.schema import SliceAck
+from mgrpo_jax.training import agent_setup
+from mgrpo_jax.training.batching import TrainBatch
+from mgrpo_jax.training.checkpoint import AgentCheckpointer, CheckpointConfig
+from mgrpo_jax.training.data import ensure_world, load_questions
+from mgrpo_jax.training.optimizer import learning_rate_schedule
+from mgrpo_jax.training.paths import RunPaths
+from mgrpo_jax.training.update import make_update_fn
+
+_CACHES = {"main": MainStepCache, "sub": SubStepCache}
+
+
+@dataclasses.dataclass(frozen=True)
+class StepSettings:
+  """The numbers of a step both slices read (keys `experiment.*`, `mgrpo.*`, `rewards.*`)."""
+
+  seed: int
+  run_id: str
+  num_steps: int
+  num_queries: int  # B
+  num_rollouts: int  # K
+  num_slots: int  # D
+  staleness: int
+  wait_timeout_s: float
+  weights: step_math.RewardWeights
+  advantage: step_math.AdvantageConfig
+
+  @classmethod
+  def from_config(cls, config) -> StepSettings:
+    mgrpo = config.mgrpo
+    return cls(seed=int(config.experiment.seed), run_id=str(config.experiment.run_id),
+               num_steps=int(config.experiment.num_steps),
+               num_queries=int(mgrpo.queries_per_step),
+               num_rollouts=int(mgrpo.rollouts_per_query),
+               num_slots=int(mgrpo.aligned_sub_calls), staleness=int(mgrpo.staleness),
+               wait_timeout_s=float(config.store.wait_timeout_s),
+               weights=step_math.RewardWeights.from_config(config.rewards),
+               advantage=step_math.AdvantageConfig(std=str(mgrpo.advantage_std),
+                                                   eps=float(mgrpo.advantage_eps)))
+
+
+@dataclasses.dataclass
+class SliceRuntime:
+  """One slice's agent (`role`) and the run around it (module docstring)."""
+
+  role: str
+  config: Any
+  mode: Mode
+  settings: StepSettings
+  paths: RunPaths
+  store: Store
+  world_path: pathlib.Path
+  questions: list
+  registry: Any
+  tokenizer: Any
+  trainer: agent_setup.AgentTrainer
+  checkpointer: AgentCheckpointer
+  cache: MainStepCache | SubStepCache
+  writer: Any = None  # the metrics writer, from `start_metrics`
+  _updates: dict[int, Any] = dataclasses.field(default_factory=dict)
+
+  @property
+  def layout(self):
+    return self.trainer.layout
+
+  @property
+  def is_writer(self) -> bool:
+    """Whether this process writes the slice's records, caches, metrics and lines."""
+    return distributed.is_writer()
+
+  @property
+  def pad_id(self) -> int:
+    return self.tokenizer.pad_id or 0
+
+  @property
+  def buckets(self) -> tuple[int, ...]:
+    """The one row length T of the agent's batches: one compiled update per run."""
+    return (int(self.config[self.role].limits.max_context),)
+
+  def restore(self) -> dict[str, Any] | None:
+    """Restores the newest checkpoint into the train state; its metadata, or None."""
+    restored = self.checkpointer.restore()
+    if restored is None:
+      return None
+    self.trainer.state, metadata = restored
+    return metadata
+
+  def apply_init_checkpoint(self) -> None:
+    """Loads `<role>.model.init_checkpoint` (e.g. the warm start's) if one is set."""
+    directory = str(self.config[self.role].model.init_checkpoint)
+    if directory:
+      agent_setup.restore_init_params(self.trainer, directory)
+
+  def resume(self, start: int, ack_version: int | None) -> None:
+    """Before step `start`: the ack of step start - 1 again (a crash may have come
+    between its checkpoint and its ack; None: none owed), and no older cache."""
+    if start > 0 and ack_version is not None:
+      self.ack(start - 1, ack_version)
+    if self.is_writer:
+      self.cache.delete_before(start)
+
+  def sampler_policy(self, version: int):
+    """The agent's sampler over its current weights, reporting `version`."""
+    return agent_setup.sampler_policy(rollout_model(self.layout, self.trainer.state),
+                                      self.tokenizer, self.config[self.role], version=version)
+
+  def update(self, batch: TrainBatch, timer: Timer) -> dict[str, float]:
+    """One update of the agent on `batch` (one compiled update per row count)."""
+    rows = batch.ids.shape[0]
+    if rows not in self._updates:
+      self._updates[rows] = make_update_fn(
+          self.layout, self.trainer.update_config, rows,
+          learning_rate=learning_rate_schedule(self.trainer.optim))
+    with timer("update"):
+      self.trainer.state, metrics = self._updates[rows](self.trainer.state,
+                                                        device_batch(self.layout, batch))
+      return {k: float(v) for k, v in metrics.items()}
+
+  def checkpoint(self, timer: Timer, metadata: dict[str, Any]) -> None:
+    """A durable checkpoint of the train state (its step's ack promises one)."""
+    with timer("checkpoint"):
+      self.checkpointer.save(self.trainer.state, force=True, metadata=metadata)
+      self.checkpointer.wait_until_finished()
+
+  def put(self, key: str, data: bytes, timer: Timer | None = None) -> None:
+    """Process 0: one record into the store (timed as "store" with a timer)."""
+    if not self.is_writer:
+      return
+    if timer is None:
+      self.store.put(key, data)
+      return
+    with timer("store"):
+      self.store.put(key, data)
+
+  def ack(self, step: int, version: int, timer: Timer | None = None) -> None:
+    """Process 0: this slice's ack of `step`, with its agent's weight `version`."""
+    ack = SliceAck(self.settings.run_id, step, self.role, version)
+    self.put(ack.key, ack.to_bytes(), timer)
+
+  def drop_cache(self, step: int) -> None:
+    """Process 0: the step's write-ahead cache, no longer needed once acknowledged."""
+    if self.is_writer:
+      self.cache.delete(step)
+
+  def start_metrics(self) -> None:
+    """Opens the slice's metrics writer (metrics.jsonl, TensorBoard, W&B)."""
+    self.writer = metrics_writer(self.paths, self.role, self.config)
+
+  def report(self, step: int, scalars: dict[str, float], timer: Timer,
+             throughput: dict[str, float], progress: dict[str, float]) -> None:
+    """The step's metrics (with its phase times and throughputs; `logging.every`) and
+    its progress line."""
+    for phase, seconds in timer.seconds.items():
+      scalars[f"time/{phase}_s"] = seconds
+    scalars.update({f"throughput/{k}_tokens_per_s": v for k, v in throughput.items()})
+    if metrics_due(self.config, step):
+      self.writer.write(step, scalars)
+    log(format_progress(step + 1, self.settings.num_steps, progress, timer.seconds,
+                        throughput))
+
+  def close(self) -> None:
+    """Closes the metrics writer and waits for the checkpointer's pending saves."""
+    if self.writer is not None:
+      self.writer.close()
+    self.checkpointer.close()
+
+
+def open_runtime(config, workdir: str, role: str) -> SliceRuntime:
+  """Everything the `role` slice's loop needs, in the order the slices always built it."""
+  check_config(config)
+  paths = RunPaths.from_config(config, workdir)
+  store = open_run_store(paths)
+  world_path = ensure_world(paths.local, config.world)
+  questions = load_questions(world_path, config.world, str(config.world.stage))
+  registry = agent_setup.tool_registry(world_path, config)
+  model, tokenizer = agent_setup.build_model(config[role], role, paths.local, config)
+  trainer = agent_setup.create_agent_state(model, config[role], role, config)
+  checkpointer = AgentCheckpointer(paths.checkpoints(role), trainer.layout,
+                                   CheckpointConfig.from_config(config.checkpoint))
+  return SliceRuntime(
+      role=role, config=config, mode=parse_mode(str(config.experiment.mode)),
+      settings=StepSettings.from_config(config), paths=paths, store=store,
+      world_path=world_path, questions=questions, registry=registry, tokenizer=tokenizer,
+      trainer=trainer, checkpointer=checkpointer, cache=_CACHES[role](paths.cache(role)))
