@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import pathlib
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -174,7 +175,10 @@ def _check_agent(role: str, agent: Mapping[str, Any], num_steps: int, rows: int)
     _fail(f"{role}.optim.micro_batch_size", f"must divide the {role} agent's batch rows "
           f"{rows} (queries_per_step x rollouts_per_query"
           f"{' x aligned_sub_calls' if role == 'sub' else ''}), got {micro}")
-  if agent["model"]["smeared_keys"] and agent["model"]["preset"] not in _SCRATCH_PRESETS:
+  preset = str(agent["model"]["preset"])
+  has_weights = preset in PRETRAINED_PRESETS or pathlib.Path(preset).exists()
+  # An unknown name is left to the model builder, whose error names the presets.
+  if agent["model"]["smeared_keys"] and has_weights:
     _fail(f"{role}.model.smeared_keys", f"needs a preset trained from scratch "
           f"({', '.join(_SCRATCH_PRESETS)}); {agent['model']['preset']!r} has pretrained "
           "weights or is a file")
