@@ -3,7 +3,6 @@ systematically on the question types and relations its mistakes target."""
 
 from __future__ import annotations
 
-import collections
 import inspect
 
 import pytest
@@ -19,6 +18,7 @@ from mgrpo_jax.tasks.oracle import (
   SubNoise,
   run_episode,
 )
+from tests.support.oracle_episodes import accuracy_by_type
 
 
 @pytest.fixture(scope="module")
@@ -28,14 +28,6 @@ def env():
   qs = (questions.synthesize(w, 200, stage=1, seed=5)
         + questions.synthesize(w, 200, stage=2, seed=6))
   return w, registry, qs
-
-
-def _accuracy(qs, main, sub, registry):
-  by_type = collections.defaultdict(list)
-  for q in qs:
-    episode = run_episode(q.text, main, sub, registry)
-    by_type[q.type].append(judges.answers_match(episode.answer or "", q.answer))
-  return {t: sum(v) / len(v) for t, v in by_type.items()}
 
 
 def test_oracle_policies_see_no_world():
@@ -82,8 +74,8 @@ def test_policies_are_stepwise(env):
 
 def test_noisy_main_fails_on_targeted_types_only(env):
   _, registry, qs = env
-  clean = _accuracy(qs, OracleMainAgent(), OracleSubAgent(), registry)
-  noisy = _accuracy(qs, OracleMainAgent(MainNoise(rate=0.8)), OracleSubAgent(), registry)
+  clean = accuracy_by_type(qs, OracleMainAgent(), OracleSubAgent(), registry)
+  noisy = accuracy_by_type(qs, OracleMainAgent(MainNoise(rate=0.8)), OracleSubAgent(), registry)
   for targeted in ("puzzle", "difference"):
     assert noisy[targeted] <= clean[targeted] - 0.4, (targeted, noisy, clean)
   for untouched in ("lookup", "comparison", "count"):
@@ -99,10 +91,10 @@ def test_noisy_sub_fails_on_targeted_relations(env):
   off = [q for q in lookups if q.path[0].relation not in hit]
   assert len(on) >= 15 and len(off) >= 15
   noisy_main, noisy_sub = OracleMainAgent(), OracleSubAgent(targeted)
-  acc_on = _accuracy(on, noisy_main, noisy_sub, registry)["lookup"]
-  acc_off = _accuracy(off, noisy_main, noisy_sub, registry)["lookup"]
+  acc_on = accuracy_by_type(on, noisy_main, noisy_sub, registry)["lookup"]
+  acc_off = accuracy_by_type(off, noisy_main, noisy_sub, registry)["lookup"]
   assert acc_off == 1.0
   assert acc_on <= 0.6
   # Decisions are seeded: the same noise config gives the same answers.
-  again = _accuracy(on, noisy_main, OracleSubAgent(targeted), registry)["lookup"]
+  again = accuracy_by_type(on, noisy_main, OracleSubAgent(targeted), registry)["lookup"]
   assert again == acc_on

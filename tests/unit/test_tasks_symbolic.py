@@ -3,14 +3,12 @@ whose mistakes are systematic and tied to the agent that can fix them, and its j
 
 from __future__ import annotations
 
-import collections
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mgrpo_jax.agents.tools import SearchIndex, default_registry
-from mgrpo_jax.tasks import datasets, judges
+from mgrpo_jax.tasks import datasets
 from mgrpo_jax.tasks.oracle import run_episode
 from mgrpo_jax.tasks.renderings import get_rendering
 from mgrpo_jax.tasks.symbolic import language, vocabulary
@@ -19,6 +17,7 @@ from mgrpo_jax.tasks.symbolic.world import generate_world, render_pages
 from mgrpo_jax.tasks.world import Fact
 from mgrpo_jax.text import DEFAULT_USER_DEFINED_SYMBOLS, SentencePieceTokenizer
 from mgrpo_jax.training.tokenizer_corpus import episode_text, protocol_symbols
+from tests.support.oracle_episodes import accuracy_by_type
 
 SYMBOLIC = get_rendering("symbolic")
 
@@ -98,19 +97,11 @@ def test_every_word_of_pages_questions_and_transcripts_is_one_token(tokenizer, w
     assert len(tokenizer.encode(str(page_id))) == 1, page_id
 
 
-def _accuracy(qs, main, sub, registry):
-  by_type = collections.defaultdict(list)
-  for q in qs:
-    episode = run_episode(q.text, main, sub, registry)
-    by_type[q.type].append(judges.answers_match(episode.answer or "", q.answer))
-  return {t: sum(v) / len(v) for t, v in by_type.items()}
-
-
 def test_the_clean_oracles_solve_every_question_through_the_tools(test_env):
   _, registry, qs = test_env
   assert set(q.type for q in qs) == {"lookup", "two_hop", "three_hop", "difference",
                                      "puzzle"}
-  clean = _accuracy(qs, SYMBOLIC.main_oracle(0.0, 0), SYMBOLIC.sub_oracle(0.0, 0), registry)
+  clean = accuracy_by_type(qs, SYMBOLIC.main_oracle(0.0, 0), SYMBOLIC.sub_oracle(0.0, 0), registry)
   assert clean == {t: 1.0 for t in clean}
 
 
@@ -119,18 +110,18 @@ def test_each_mistake_hits_only_the_questions_its_agent_owns(test_env):
   every three-hop chain, S's the look-ups of its two relations; differences stay solved."""
   _, registry, qs = test_env
   clean_main, clean_sub = SYMBOLIC.main_oracle(0.0, 0), SYMBOLIC.sub_oracle(0.0, 0)
-  main_only = _accuracy(qs, SYMBOLIC.main_oracle(1.0, 0), clean_sub, registry)
+  main_only = accuracy_by_type(qs, SYMBOLIC.main_oracle(1.0, 0), clean_sub, registry)
   assert main_only["puzzle"] == 0.0
   assert main_only["three_hop"] < 0.1  # only chains that repeat a relation survive
   assert main_only["lookup"] == main_only["two_hop"] == main_only["difference"] == 1.0
-  sub_only = _accuracy(qs, clean_main, SYMBOLIC.sub_oracle(1.0, 0), registry)
+  sub_only = accuracy_by_type(qs, clean_main, SYMBOLIC.sub_oracle(1.0, 0), registry)
   assert sub_only["puzzle"] == sub_only["difference"] == 1.0
   targeted = [q for q in qs if q.type == "lookup" and q.text.split()[1] in ("boss", "maker")]
   # Only pages whose neighbouring line holds the same object survive the mistake.
-  assert targeted and _accuracy(targeted, clean_main, SYMBOLIC.sub_oracle(1.0, 0),
+  assert targeted and accuracy_by_type(targeted, clean_main, SYMBOLIC.sub_oracle(1.0, 0),
                                 registry)["lookup"] < 0.1
   assert 0.2 < sub_only["lookup"] < 0.9
-  both = _accuracy(qs, SYMBOLIC.main_oracle(1.0, 0), SYMBOLIC.sub_oracle(1.0, 0), registry)
+  both = accuracy_by_type(qs, SYMBOLIC.main_oracle(1.0, 0), SYMBOLIC.sub_oracle(1.0, 0), registry)
   total = sum(both[q.type] for q in qs) / len(qs)
   assert 0.3 <= total <= 0.6  # the warm start's target
 
