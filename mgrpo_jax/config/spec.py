@@ -289,6 +289,13 @@ SPEC: dict[str, Any] = {
         "every": Field(1, "Write a slice's metrics (metrics.jsonl, TensorBoard, W&B) of "
                        "every this many steps, and of the last one.", low=1),
         "tensorboard": Field(True, "Also write TensorBoard event files."),
+        "trajectory_every": Field(10, "Every this many RL steps, from step 0, the main slice "
+                                  "writes the step's trajectory page, report/"
+                                  "trajectories_step<t>.html: each shown question's K "
+                                  "rollouts with R_M and A_M, S's calls with R_S, A_S and "
+                                  "the D slots they filled (0: none).", low=0),
+        "trajectory_questions": Field(4, "Questions a training step's trajectory page shows.",
+                                      low=1),
         "wandb": {
             "enabled": Field(False, "Also log each slice's metrics to Weights & Biases (needs "
                              "`pip install 'mgrpo_jax[wandb]'`): one W&B run per slice, "

@@ -4,10 +4,13 @@
 
 Each `Question` is a section with its text, its gold answer and how many of its
 rollouts were correct; its rollouts stand side by side, one column each, marked correct
-or incorrect, with R_M, the final answer and how the trajectory ended. A rollout lists
-M's messages in order (the system prompt folded away); an assistant turn that delegated
-holds S's call nested under it (the sub-task, S's own messages with its tool calls and
-observations, its result, R_S when given), followed by the observation M received.
+or incorrect, with R_M (and A_M, its group-relative advantage, on a training step's
+page), the final answer and how the trajectory ended. A rollout lists M's messages in
+order (the system prompt folded away); an assistant turn that delegated holds S's call
+nested under it (the sub-task, S's own messages with its tool calls and observations,
+its result, R_S and A_S when given, and on a training step's page how the call was
+aligned to the D slots: which slot, duplicated into several, or dropped), followed by
+the observation M received.
 
 The page has inline CSS only: no script, no network resource. Every text that comes
 from a trajectory or a question is HTML-escaped. The markup carries stable hooks for
@@ -24,13 +27,16 @@ from collections.abc import Sequence
 
 @dataclasses.dataclass(frozen=True)
 class SubCall:
-  """S's call `index` of a rollout: its sub-task, messages, result and R_S (None: unscored)."""
+  """S's call `index` of a rollout: its sub-task, messages, result, R_S and A_S (None:
+  not computed) and `alignment`, how it filled the D slots ("" when not shown)."""
   index: int
   subtask: str
   messages: tuple[Message, ...]
   final: str | None
   format_ok: bool
   reward: float | None = None
+  advantage: float | None = None
+  alignment: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,7 +57,8 @@ class Message:
 
 @dataclasses.dataclass(frozen=True)
 class Rollout:
-  """M's rollout `index`: its messages, answer, correctness, end and R_M (None: unscored)."""
+  """M's rollout `index`: its messages, answer, correctness, end, R_M and A_M (None: not
+  computed)."""
   index: int
   messages: tuple[Message, ...]
   final: str | None
@@ -59,6 +66,7 @@ class Rollout:
   format_ok: bool
   end: str
   reward: float | None = None
+  advantage: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,6 +109,8 @@ pre{white-space:pre-wrap;word-break:break-word;margin:.2rem 0;font-size:.85rem}
 padding:.3rem .5rem}
 .sub-call>summary{cursor:pointer;font-weight:bold;color:#0d47a1}
 .final{font-weight:bold}
+.advantage{font-family:monospace}
+.alignment{color:#6a1b9a}
 """.strip()
 
 
@@ -110,6 +120,15 @@ def _e(text: object) -> str:
 
 def _reward(name: str, value: float | None) -> str:
   return "" if value is None else f" &middot; {name} {value:.3f}"
+
+
+def _advantage(name: str, value: float | None) -> str:
+  return "" if value is None else f' &middot; <span class="advantage">{name} {value:+.3f}</span>'
+
+
+def _alignment(text: str) -> str:
+  return "" if not text else f' &middot; <span class="alignment">{_e(text)}</span>'
+
 
 
 def _mark(correct: bool) -> str:
@@ -145,7 +164,8 @@ def _sub_call(call: SubCall) -> str:
   return (f'<details class="sub-call" data-call="{call.index}" open><summary>S call '
           f"{call.index}: {_e(call.subtask)}</summary>"
           f'<div class="meta">S result: <span class="final">{_final(call.final)}</span>'
-          f"{fmt}{_reward('R_S', call.reward)}</div>{_messages(call.messages)}</details>")
+          f"{fmt}{_reward('R_S', call.reward)}{_advantage('A_S', call.advantage)}"
+          f"{_alignment(call.alignment)}</div>{_messages(call.messages)}</details>")
 
 
 def _rollout(rollout: Rollout) -> str:
@@ -155,7 +175,8 @@ def _rollout(rollout: Rollout) -> str:
           f"<h3>rollout {rollout.index} {_mark(rollout.correct)}</h3>"
           f'<div class="meta">answer: <span class="final">{_final(rollout.final)}</span></div>'
           f'<div class="meta">ended: {_e(rollout.end)}{fmt}'
-          f"{_reward('R_M', rollout.reward)}</div>{_messages(rollout.messages)}</article>")
+          f"{_reward('R_M', rollout.reward)}{_advantage('A_M', rollout.advantage)}</div>"
+          f"{_messages(rollout.messages)}</article>")
 
 
 def _question(question: Question) -> str:

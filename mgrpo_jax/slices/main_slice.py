@@ -48,7 +48,7 @@ from mgrpo_jax.scale.multihost import multi_host, rollout_model
 from mgrpo_jax.scale.writers import log
 from mgrpo_jax.serving.address import read_address, service_token
 from mgrpo_jax.serving.remote_client import RemoteSubAgentClient
-from mgrpo_jax.slices import step_math
+from mgrpo_jax.slices import step_math, step_pages
 from mgrpo_jax.slices.common import Timer, describe_steps
 from mgrpo_jax.slices.faults import crash_point
 from mgrpo_jax.slices.runtime import SliceRuntime, StepSettings, open_runtime
@@ -105,9 +105,12 @@ def wait_for_sub_ack(store, key: str, client: RemoteSubAgentClient, timeout: flo
 
 @dataclasses.dataclass
 class _Rollouts:
+  """A step's records: M's scored, S's scored ones in shared_policy (`sub`), and S's as
+  M received them (`served`: the step page's, empty after a restart in decoupled modes)."""
   query_ids: list[str]
   main: list
   sub: list
+  served: list
   stats: dict[str, float]
 
 
@@ -133,7 +136,7 @@ def run_main_slice(config, workdir: str) -> None:
   client = _CrashAfterBatch(remote_client(config, rt.paths)) if mode.decoupled else None
   controller = _controller(rt, policy, client)
   answer_judge = ExactMatchJudge()
-  expert_judge = _expert_judge(config) if mode.shared else None
+  expert_judge = _expert_judge(config) if mode.sub_agent else None
   share = (distributed.rollout_queries(
       batch_shardings(rt.layout, settings.num_queries * settings.num_rollouts).advantages,
       settings.num_queries, settings.num_rollouts) if multi_host() else slice(None))
@@ -146,8 +149,8 @@ def run_main_slice(config, workdir: str) -> None:
     if client is not None:
       _wait_for_sub(rt, client, step, timer)
     rollouts = _rollouts(step, stream.next_batch(), rt.cache, controller,
-                         settings.num_rollouts, settings.seed, answer_judge, expert_judge,
-                         timer, share)
+                         settings.num_rollouts, settings.seed, answer_judge,
+                         expert_judge if mode.shared else None, timer, share)
     outcome = _MainOutcome.of(rollouts, settings)
     record = outcome.record(settings.run_id, step)
     rt.put(record.key, record.to_bytes(), timer)
@@ -161,6 +164,9 @@ def run_main_slice(config, workdir: str) -> None:
     crash_point("main", "checkpoint", step)
     rt.ack(step, step + 1, timer)
     rt.drop_cache(step)
+    if rt.is_writer and step_pages.page_due(config, step):
+      with timer("page"):
+        _write_page(rt, step, rollouts, outcome, expert_judge)
     scalars.update(outcome.scalars())
     scalars.update({f"main/update/{k}": v for k, v in metrics.items()})
     scalars.update(rollouts.stats)
@@ -241,6 +247,17 @@ class _MainOutcome:
         "main/sub_calls_max": float(grid["num_sub_calls"].max())}
 
 
+def _write_page(rt: SliceRuntime, step: int, rollouts: _Rollouts, outcome: _MainOutcome,
+                expert_judge) -> None:
+  """Step t's trajectory page (`slices.step_pages`)."""
+  settings = rt.settings
+  step_pages.write_step_page(
+      rt.config, rt.paths, rt.mode, step, rollouts.query_ids, rollouts.main,
+      rollouts.served, {q.id: q for q in rt.questions}, expert_judge, grid=outcome.grid,
+      main_reward=outcome.reward, main_advantage=outcome.advantage,
+      weights=settings.weights, advantage=settings.advantage)
+
+
 def _main_batch(rt: SliceRuntime, step: int, rollouts: _Rollouts,
                 outcome: _MainOutcome) -> tuple[TrainBatch, dict[str, float]]:
   """M's [N, T] batch (in shared_policy with the step's aligned S rows) and its scalars."""
@@ -283,6 +300,7 @@ def _rollouts(step, queries, cache, controller, num_rollouts, seed, answer_judge
   stats = {}
   if cached is not None:
     cached_ids, main, sub = cached
+    served = sub
     if cached_ids != query_ids:
       raise ValueError(f"{cache.path(step)} holds queries {cached_ids}, but step {step} "
                        f"reads {query_ids}: the data or the seed changed since the crash")
@@ -299,6 +317,7 @@ def _rollouts(step, queries, cache, controller, num_rollouts, seed, answer_judge
       main, sub = score(out.main, out.sub if expert_judge is not None else [], mine,
                         answer_judge, expert_judge)
     sub_tokens = _sampled_tokens(out.sub)
+    served = list(out.sub)
     if multi_host():
       with timer("exchange"):
         main, sub, sub_tokens = _gather_rollouts(step, [q.id for q in mine], main, sub,
@@ -310,7 +329,7 @@ def _rollouts(step, queries, cache, controller, num_rollouts, seed, answer_judge
     stats["main/from_cache"] = 0.0
     stats["sub/sampled_tokens"] = float(sub_tokens)
   stats["main/sampled_tokens"] = float(_sampled_tokens(main))
-  return _Rollouts(query_ids, main, sub, stats)
+  return _Rollouts(query_ids, main, sub, served, stats)
 
 
 def _load_cache(cache, step):

@@ -156,6 +156,48 @@ def sub_rewards(records: Mapping[tuple[int, int, int], SubRecord], correct: np.n
 
 
 @dataclasses.dataclass(frozen=True)
+class SubCredit:
+  """S's hierarchical credit of one step in the aligned modes, before packing.
+
+  Attributes:
+    index: int32 [Q, K, D]: slot (q, k, j) holds call index[q, k, j] of rollout (q, k).
+    valid: bool [Q, K, D], slots holding a call.
+    rewards: R_S float32 [Q, K, D] of each slot (0 at empty slots).
+    advantages: A_S float32 [Q, K, D] of each slot (0 at empty slots).
+    call_rewards: R_S of every call (q, k, i), the dropped ones too.
+  """
+
+  index: np.ndarray
+  valid: np.ndarray
+  rewards: np.ndarray
+  advantages: np.ndarray
+  call_rewards: dict[tuple[int, int, int], float]
+
+
+def sub_credit(records: Mapping[tuple[int, int, int], SubRecord], main_reward: np.ndarray,
+               correct: np.ndarray, counts: np.ndarray, *, num_slots: int, key: jax.Array,
+               mode: str, weights: RewardWeights, advantage: AdvantageConfig) -> SubCredit:
+  """The paper's S credit: align calls to D slots, normalize per query (module docstring).
+
+  Args:
+    records: scored S calls keyed (q, k, i) (`index_sub_records`).
+    main_reward: R_M float [Q, K]; correct: correct_M [Q, K]; counts: d_k int [Q, K].
+    num_slots: D. key: the step's alignment key. mode: "duplicate_drop" or "mask".
+  """
+  reward_of = sub_rewards(records, correct, weights)
+  index, valid = alignment_lib.align_indices(np.asarray(counts, np.int32), num_slots, key,
+                                             mode=mode)
+  index, valid = np.asarray(index), np.asarray(valid)
+  slot_rewards = np.zeros(index.shape, np.float32)
+  for q, k, j in zip(*np.nonzero(valid), strict=True):
+    slot_rewards[q, k, j] = reward_of[(int(q), int(k), int(index[q, k, j]))]
+  _, sub_adv = advantages_lib.mgrpo_advantages(main_reward, slot_rewards, valid,
+                                               std=advantage.std, eps=advantage.eps)
+  sub_adv = np.where(valid, np.asarray(sub_adv, np.float32), 0.0)
+  return SubCredit(index, valid, slot_rewards, sub_adv, reward_of)
+
+
+@dataclasses.dataclass(frozen=True)
 class SubStep:
   """S's update batch of one step and what to log about it.
 
@@ -179,27 +221,14 @@ def aligned_sub_step(records: Mapping[tuple[int, int, int], SubRecord],
                      num_slots: int, key: jax.Array, mode: str, weights: RewardWeights,
                      advantage: AdvantageConfig, pad_id: int,
                      buckets: Sequence[int] = DEFAULT_LENGTH_BUCKETS) -> SubStep:
-  """The paper's S step: align calls to D slots, normalize per query (module docstring).
-
-  Args:
-    records: scored S calls keyed (q, k, i) (`index_sub_records`).
-    main_reward: R_M float [Q, K]; correct: correct_M [Q, K]; counts: d_k int [Q, K].
-    num_slots: D. key: the step's alignment key. mode: "duplicate_drop" or "mask".
-  """
-  reward_of = sub_rewards(records, correct, weights)
-  index, valid = alignment_lib.align_indices(np.asarray(counts, np.int32), num_slots, key,
-                                             mode=mode)
-  index, valid = np.asarray(index), np.asarray(valid)
-  slot_rewards = np.zeros(index.shape, np.float32)
-  for q, k, j in zip(*np.nonzero(valid), strict=True):
-    slot_rewards[q, k, j] = reward_of[(int(q), int(k), int(index[q, k, j]))]
-  _, sub_adv = advantages_lib.mgrpo_advantages(main_reward, slot_rewards, valid,
-                                               std=advantage.std, eps=advantage.eps)
-  sub_adv = np.where(valid, np.asarray(sub_adv, np.float32), 0.0)
+  """`sub_credit`'s slots packed into S's [Q*K*D, T] batch (arguments: `sub_credit`)."""
+  credit = sub_credit(records, main_reward, correct, counts, num_slots=num_slots, key=key,
+                      mode=mode, weights=weights, advantage=advantage)
   sequences = {key_: token_sequence(r.trajectory) for key_, r in records.items()}
-  batch = aligned_batch(sequences, index, valid, sub_adv, buckets=buckets, pad_id=pad_id)
-  return SubStep(batch, slot_rewards.reshape(-1), sub_adv.reshape(-1), valid.reshape(-1),
-                 len(records))
+  batch = aligned_batch(sequences, credit.index, credit.valid, credit.advantages,
+                        buckets=buckets, pad_id=pad_id)
+  return SubStep(batch, credit.rewards.reshape(-1), credit.advantages.reshape(-1),
+                 credit.valid.reshape(-1), len(records))
 
 
 def arrival_sub_step(records_in_arrival_order: Sequence[tuple[tuple[int, int, int], SubRecord]],

@@ -2,7 +2,9 @@
 
 A held-out evaluation of the scripted oracles on the demo's test world writes its page
 through the evaluation stage's writer; Chromium loads it from disk: its DOM has one
-rollout element per shown rollout and a screenshot is not blank. Hostile text from a
+rollout element per shown rollout and a screenshot is not blank. The same rollouts,
+taken as a training step's, give the step page (`slices.step_pages`): every S call
+shown carries its D-slot alignment, every rollout its A_M. Hostile text from a
 trajectory stays text in the browser's DOM. Skipped without `chromium`, except where
 MGRPO_JAX_REQUIRE_WEIGHTS=1 (CI sets it and installs the package): there it fails.
 """
@@ -18,8 +20,10 @@ import pytest
 
 from configs.local_demo import get_config
 from mgrpo_jax.agents import Agent, OraclePolicy
+from mgrpo_jax.config.modes import parse_mode
 from mgrpo_jax.evaluation import held_out, stage
 from mgrpo_jax.metrics import trajectory_page
+from mgrpo_jax.slices import step_math, step_pages
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.data import ensure_world, load_questions, world_rendering
 from mgrpo_jax.training.paths import RunPaths
@@ -64,10 +68,11 @@ def _elements(dom: str) -> list[tuple[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def evaluation_page(tmp_path_factory):
-  """The page of an evaluation of the noisy oracles: SHOWN of QUESTIONS questions."""
+def oracle_evaluation(tmp_path_factory):
+  """An evaluation of the noisy oracles on QUESTIONS test questions, SAMPLES each."""
   config = get_config()
   config.eval.viewer_questions = SHOWN
+  config.logging.trajectory_questions = SHOWN
   root = tmp_path_factory.mktemp("run")
   world_path = ensure_world(root, config.world)
   questions = load_questions(world_path, config.world, str(config.world.stage),
@@ -83,9 +88,47 @@ def evaluation_page(tmp_path_factory):
       agent_setup.rollout_config(config), questions, samples=SAMPLES, key=0,
       main_spec=main_spec, sub_spec=sub_spec, rendering=rendering)
   assert result.summary["sub_calls_mean"] > 0
-  stage.write_page(config, RunPaths(str(root), root, str(root / "store")), "final", result,
-                   result.summary)
-  return root / "report" / "trajectories_final.html"
+  return config, RunPaths(str(root), root, str(root / "store")), questions, result
+
+
+@pytest.fixture(scope="module")
+def evaluation_page(oracle_evaluation):
+  """The page of the evaluation: SHOWN of QUESTIONS questions."""
+  config, paths, _, result = oracle_evaluation
+  stage.write_page(config, paths, "final", result, result.summary)
+  return paths.local / "report" / "trajectories_final.html"
+
+
+@pytest.fixture(scope="module")
+def step_page(oracle_evaluation):
+  """The same rollouts as a training step's page (B = QUESTIONS, K = SAMPLES), with the
+  step's R_M, A_M, and R_S, A_S and D-slot alignment of every S call."""
+  config, paths, questions, result = oracle_evaluation
+  query_ids = [q.id for q in questions]
+  grid = step_math.main_grid(result.main, query_ids, SAMPLES)
+  weights = step_math.RewardWeights.from_config(config.rewards)
+  advantage = step_math.AdvantageConfig()
+  reward = step_math.main_rewards(grid["format_ok"], grid["correct"], weights)
+  _, test_world = world_rendering(config).split_worlds(
+      config.world.size, int(config.world.seed), int(config.world.test_seed))
+  step_pages.write_step_page(
+      config, paths, parse_mode("mgrpo"), 0, query_ids, result.main, result.sub,
+      {q.id: q for q in questions}, world_rendering(config).expert_judge(test_world),
+      grid=grid, main_reward=reward, main_advantage=step_math.main_advantages(reward, advantage),
+      weights=weights, advantage=advantage)
+  return paths.local / "report" / "trajectories_step0.html", len(result.sub)
+
+
+def test_a_step_page_shows_every_rollouts_credit_and_every_calls_slots(chromium, step_page,
+                                                                       tmp_path):
+  page, num_calls = step_page
+  dom = _browse(chromium, tmp_path, page, "--dump-dom").stdout
+  tags = _elements(dom)
+  assert sum(t == "article" and "rollout" in c.split() for t, c in tags) == SHOWN * SAMPLES
+  shown_calls = sum(t == "details" and c == "sub-call" for t, c in tags)
+  assert 0 < shown_calls <= num_calls
+  assert sum(c == "alignment" for _, c in tags) == shown_calls
+  assert sum(c == "advantage" for _, c in tags) >= SHOWN * SAMPLES  # A_M, and A_S if kept
 
 
 def test_the_dom_has_one_rollout_element_per_shown_rollout(chromium, evaluation_page,

@@ -98,6 +98,15 @@ def test_two_slices_complete_every_step(reference):
   assert any(m["sub/advantage_abs_mean"] > 0 for m in sub)
   assert any(m["main/advantage_abs_mean"] > 0 for m in main)
   assert "[main] step 3/3" in output and "[sub] step 3/3" in output
+  # Step 0's trajectory page (`logging.trajectory_every` = 10): the query's K rollouts with
+  # A_M, every S call with R_S and either A_S and its slots or its drop.
+  page = (workdir / "report" / "trajectories_step0.html").read_text()
+  calls = int(MainOutcomes.from_bytes(outcomes_key(RUN_ID, 0), store.get(
+      outcomes_key(RUN_ID, 0))).to_arrays()["num_sub_calls"].sum())
+  assert page.count('<article class="rollout') == page.count("A_M ") == 3
+  assert page.count('data-call="') == page.count("R_S ") == calls
+  assert page.count("A_S ") + page.count("dropped (") == calls
+  assert not (workdir / "report" / "trajectories_step1.html").exists()
   assert not list((workdir / "main" / "cache").glob("step_*"))
   assert not list((workdir / "sub" / "cache").glob("step_*"))
   # The run's persistent compilation cache holds the slices' compiled programs.

@@ -5,33 +5,11 @@ from __future__ import annotations
 
 import types
 
-import numpy as np
 import pytest
 
-from mgrpo_jax.agents.records import MainRecord, SubRecord, ToolCall, Trajectory
+from mgrpo_jax.agents.records import MainRecord
 from mgrpo_jax.evaluation.trajectories import page_questions
-
-
-def _trajectory(turns, final, format_ok=True) -> Trajectory:
-  """turns: (assistant text, tool name or None, observation) per assistant turn."""
-  messages = [("system", "sys"), ("user", "task")]
-  calls = []
-  for i, (text, tool, observation) in enumerate(turns):
-    messages.append(("assistant", text))
-    if tool is not None:
-      calls.append(ToolCall(i, tool, '{"subtask": "x"}', True, 0.0))
-      messages.append(("user", observation))
-  empty = np.zeros(0, np.int32)
-  return Trajectory(empty, empty.astype(bool), empty.astype(np.float32), empty,
-                    tuple(messages), 0, format_ok, "", "result", len(turns), tuple(calls),
-                    final, 0.0)
-
-
-def _sub(qid, k, i) -> SubRecord:
-  trajectory = _trajectory([("search", "search", "obs"), (f"<result>s{i}</result>", None, "")],
-                           f"s{i}")
-  return SubRecord(qid, k, i, f"subtask {i}", "", f"s{i}", trajectory, 0.0, 1.0)
-
+from tests.support.page_records import sub_record, trajectory
 
 QUESTIONS = {q: types.SimpleNamespace(text=f"text {q}", answer="gold", type="lookup")
              for q in ("a", "b", "c")}
@@ -39,15 +17,16 @@ QUESTIONS = {q: types.SimpleNamespace(text=f"text {q}", answer="gold", type="loo
 
 @pytest.fixture
 def records():
-  delegating = _trajectory([("d0", "delegate", "r0"), ("d1", "delegate", "r1"),
+  delegating = trajectory([("d0", "delegate", "r0"), ("d1", "delegate", "r1"),
                             ("reason", "reason", "4"), ("d2", "delegate", "refused"),
                             ("<result>gold</result>", None, "")], "gold")
   main = [MainRecord("a", 0, "main", delegating, 2, 1.0),
-          MainRecord("a", 1, "main", _trajectory([("x", None, "")], None, False), 0, 0.0),
-          MainRecord("b", 0, "main", _trajectory([("<result>no</result>", None, "")], "no"),
+          MainRecord("a", 1, "main", trajectory([("x", None, "")], None, False), 0, 0.0),
+          MainRecord("b", 0, "main", trajectory([("<result>no</result>", None, "")], "no"),
                      0, 0.0),
-          MainRecord("c", 0, "main", _trajectory([("y", None, "")], "y"), 0, 0.0)]
-  return main, [_sub("a", 0, 1), _sub("a", 0, 0)]
+          MainRecord("c", 0, "main", trajectory([("y", None, "")], "y"), 0, 0.0)]
+  scored = {"expert": 0.0, "main_correct": 1.0}
+  return main, [sub_record("a", 0, 1, **scored), sub_record("a", 0, 0, **scored)]
 
 
 def test_questions_in_order_up_to_the_limit(records):

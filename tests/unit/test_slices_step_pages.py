@@ -1,0 +1,135 @@
+"""A training step's trajectory page: R_M and A_M per rollout, R_S, A_S and the D-slot
+alignment per S call, equal to what the step's own math computes (`step_math`)."""
+
+from __future__ import annotations
+
+import re
+import types
+
+import numpy as np
+import pytest
+
+from mgrpo_jax.agents.scoring import score
+from mgrpo_jax.config import apply_overrides, base_config
+from mgrpo_jax.config.modes import parse_mode
+from mgrpo_jax.slices import step_math, step_pages
+from mgrpo_jax.tasks.judges import ExactMatchJudge
+from mgrpo_jax.training import agent_setup
+from mgrpo_jax.training.paths import RunPaths
+from tests.support.page_records import delegating_record, sub_record
+
+QUERY_IDS = ["q0", "q1"]
+# d_k per rollout [Q, K]: no call, one, duplicated into 3 slots, and 4 > D = 3 (a drop).
+COUNTS = np.array([[1, 2, 0], [4, 1, 3]])
+CORRECT = np.array([[1, 0, 0], [1, 1, 0]], np.float32)
+QUESTIONS = {q: types.SimpleNamespace(id=q, text=f"text {q}", answer="gold", type="lookup")
+             for q in QUERY_IDS}
+WEIGHTS, ADVANTAGE = step_math.RewardWeights(), step_math.AdvantageConfig()
+
+
+def _judge(question, subtask, report) -> float:
+  """r_expert: S's report of call 0 is right."""
+  return float(report == "s0")
+
+
+def _step(mode: str, served: bool = True):
+  config = base_config()
+  apply_overrides(config, {"experiment.mode": mode, "mgrpo.aligned_sub_calls": 3,
+                           "logging.trajectory_questions": 2})
+  main = [delegating_record(qid, k, int(COUNTS[q, k]),
+                            "gold" if CORRECT[q, k] else "no", float(CORRECT[q, k]))
+          for q, qid in enumerate(QUERY_IDS) for k in range(COUNTS.shape[1])]
+  sub = [sub_record(qid, k, i) for q, qid in enumerate(QUERY_IDS)
+         for k in range(COUNTS.shape[1]) for i in range(COUNTS[q, k])] if served else []
+  grid = step_math.main_grid(main, QUERY_IDS, COUNTS.shape[1])
+  reward = step_math.main_rewards(grid["format_ok"], grid["correct"], WEIGHTS)
+  return config, main, sub, grid, reward, step_math.main_advantages(reward, ADVANTAGE)
+
+
+def _credit(mode: str, served: bool = True):
+  config, main, sub, grid, reward, advantage = _step(mode, served)
+  if sub:
+    _, sub = score(main, sub, QUESTIONS, ExactMatchJudge(), _judge)
+  return step_pages.step_credit(config, parse_mode(mode), 5, QUERY_IDS, sub, grid, reward,
+                                advantage, WEIGHTS, ADVANTAGE), (config, sub, grid, reward)
+
+
+def test_slot_alignment_names_kept_duplicated_and_dropped_calls():
+  index, valid = np.array([0, 1, 0]), np.array([True, True, True])
+  assert step_pages.slot_alignment(index, valid, 0) == "slots 0, 2 (duplicated)"
+  assert step_pages.slot_alignment(index, valid, 1) == "slot 1"
+  assert step_pages.slot_alignment(np.array([0, 2, 3]), valid, 1).startswith("dropped")
+  assert step_pages.slot_alignment(np.array([0, 0, 0]), np.array([True, False, False]),
+                                   0) == "slot 0"
+
+
+def test_credit_is_the_sub_slices_alignment_and_advantages():
+  (credit, note), (config, sub, grid, reward) = _credit("mgrpo")
+  assert note == ""
+  indexed = step_math.index_sub_records(sub, QUERY_IDS, COUNTS)
+  key = agent_setup.step_key(int(config.experiment.seed), "align", 5)
+  reference = step_math.aligned_sub_step(
+      indexed, reward, grid["correct"], COUNTS, num_slots=3, key=key,
+      mode="duplicate_drop", weights=WEIGHTS, advantage=ADVANTAGE, pad_id=0, buckets=(16,))
+  aligned = step_math.sub_credit(indexed, reward, grid["correct"], COUNTS, num_slots=3,
+                                 key=key, mode="duplicate_drop", weights=WEIGHTS,
+                                 advantage=ADVANTAGE)
+  slot_adv = reference.advantages.reshape(2, 3, 3)
+  assert len(credit.sub) == COUNTS.sum()
+  for q, k in np.ndindex(*COUNTS.shape):
+    mentioned = []
+    for i in range(COUNTS[q, k]):
+      r_s, a_s, where = credit.sub[(QUERY_IDS[q], k, i)]
+      slots = [int(j) for j in re.findall(r"\d+", where.split("(")[0])]
+      assert r_s == pytest.approx(aligned.call_rewards[(q, k, i)])
+      if where.startswith("dropped"):
+        assert COUNTS[q, k] > 3 and a_s is None
+        continue
+      assert all(aligned.index[q, k, j] == i and aligned.valid[q, k, j] for j in slots)
+      assert ("duplicated" in where) == (len(slots) > 1)
+      assert a_s == pytest.approx(slot_adv[q, k, slots[0]])
+      assert all(slot_adv[q, k, j] == pytest.approx(a_s) for j in slots)
+      mentioned += slots
+    assert sorted(mentioned) == [int(j) for j in np.nonzero(aligned.valid[q, k])[0]]
+  for q, k in np.ndindex(*COUNTS.shape):
+    r_m, a_m = credit.main[(QUERY_IDS[q], k)]
+    assert r_m == pytest.approx(reward[q, k])
+    assert a_m == pytest.approx(step_math.main_advantages(reward, ADVANTAGE)[q, k])
+
+
+@pytest.mark.parametrize("mode, says", [("frozen_sub", "frozen"),
+                                        ("no_alignment", "arrival order")])
+def test_modes_without_an_advantage_for_s_say_so(mode, says):
+  (credit, note), _ = _credit(mode)
+  assert says in note
+  assert len(credit.sub) == COUNTS.sum()
+  assert all(a_s is None for _, a_s, _ in credit.sub.values())
+
+
+def test_a_restarted_step_without_s_records_shows_m_only():
+  (credit, note), _ = _credit("mgrpo", served=False)
+  assert credit.sub == {} and "write-ahead cache" in note
+  assert len(credit.main) == COUNTS.size
+
+
+def test_the_page_shows_every_rollout_with_its_credit(tmp_path):
+  config, main, sub, grid, reward, advantage = _step("mgrpo")
+  paths = RunPaths.from_config(config, str(tmp_path))
+  step_pages.write_step_page(config, paths, parse_mode("mgrpo"), 5, QUERY_IDS, main, sub,
+                             QUESTIONS, _judge, grid=grid, main_reward=reward,
+                             main_advantage=advantage, weights=WEIGHTS, advantage=ADVANTAGE)
+  html = (tmp_path / "report" / "trajectories_step5.html").read_text()
+  assert html.count('<article class="rollout') == COUNTS.size
+  assert html.count('data-call="') == COUNTS.sum()
+  assert html.count("A_M ") == COUNTS.size
+  assert html.count("(duplicated)") + html.count("dropped (") + len(
+      re.findall(r'"alignment">slot \d', html)) == COUNTS.sum()
+  assert "dropped (" in html and "(duplicated)" in html
+
+
+def test_page_due_every_n_steps_from_zero():
+  config = base_config()
+  apply_overrides(config, {"logging.trajectory_every": 3})
+  assert [t for t in range(8) if step_pages.page_due(config, t)] == [0, 3, 6]
+  apply_overrides(config, {"logging.trajectory_every": 0})
+  assert not any(step_pages.page_due(config, t) for t in range(8))
