@@ -3,18 +3,12 @@
 import sys
 import textwrap
 
-import gin
 import numpy as np
 import pytest
 
 from mgrpo_jax import plugins
 
-
-@pytest.fixture(autouse=True)
-def _clear_gin():
-  gin.clear_config()
-  yield
-  gin.clear_config()
+pytestmark = pytest.mark.usefixtures("clean_gin")
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import pathlib
 
-import gin
 import numpy as np
 import pytest
 
@@ -89,14 +88,11 @@ def test_repeated_id_and_bad_settings_are_named(tmp_path):
                                     source_fields="id=a,question=b"), "stage2")
 
 
+@pytest.mark.usefixtures("clean_gin")
 def test_example_gin_file_binds_the_users_reward(monkeypatch):
   """The documented example: configs/examples/my_questions.gin replaces R_M."""
   monkeypatch.syspath_prepend(str(ROOT))
-  gin.clear_config()
-  try:
-    plugins.parse_gin([str(ROOT / "configs" / "examples" / "my_questions.gin")], [])
-    reward = plugins.main_reward_fn()(np.array([True, True, False]),
-                                      np.array([True, False, False]), a1=0.1, a2=0.9)
-  finally:
-    gin.clear_config()
+  plugins.parse_gin([str(ROOT / "configs" / "examples" / "my_questions.gin")], [])
+  reward = plugins.main_reward_fn()(np.array([True, True, False]),
+                                    np.array([True, False, False]), a1=0.1, a2=0.9)
   np.testing.assert_allclose(reward, [1.2, 0.2, 0.0])
