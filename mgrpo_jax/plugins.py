@@ -12,13 +12,25 @@ Replaceable components and the signature each must have:
   `mgrpo_jax.core.rewards.main_reward` (arrays of any shape, e.g. [Q, K]).
 - `sub_reward_fn`: R_S as `fn(format_ok, main_correct, expert, *, b1, b2, b3) -> array`,
   like `mgrpo_jax.core.rewards.sub_reward` (e.g. [Q, K, D]).
+- `user_tools`: extra tools of M (`main`), S (`sub`) or the single agent (`single`),
+  each a factory `() -> mgrpo_jax.agents.tools.Tool` (name, description, JSON schema of
+  its keyword arguments, function returning a str or a `ToolResult`):
+
+    mgrpo_jax.plugins.user_tools.main = [@my_project.tools.word_count_tool]
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import gin
+
+from mgrpo_jax.agents.tools import Tool, check_tool
+
+# The tools the agents have without gin (agents/specs.py); a user tool may not take a name.
+BUILT_IN_TOOLS = ("delegate", "reason", "search", "visit")
+TOOL_ROLES = ("main", "sub", "single")
+ToolFactory = Callable[[], Tool]
 
 
 @gin.configurable(module="mgrpo_jax.plugins")
@@ -41,6 +53,77 @@ def sub_reward_fn(fn: Callable | None = None) -> Callable:
   return rewards.sub_reward
 
 
+@gin.configurable(module="mgrpo_jax.plugins")
+def user_tools(main: Sequence[ToolFactory] = (), sub: Sequence[ToolFactory] = (),
+               single: Sequence[ToolFactory] = ()) -> dict[str, tuple[Tool, ...]]:
+  """Each agent role's user tools, in the order bound; a factory bound to several roles
+  is called once and gives them the same tool.
+
+  Raises:
+    ValueError naming the binding (e.g. `mgrpo_jax.plugins.user_tools.main[0]`) when a
+    factory is not callable, raises, or returns no valid `Tool`, or when its tool's name
+    is a built-in tool's or another factory's, or is bound twice to one role.
+  """
+  made: dict[str, tuple[ToolFactory, Tool, str]] = {}  # tool name -> (factory, tool, binding)
+  out = {}
+  for role, factories in zip(TOOL_ROLES, (main, sub, single), strict=True):
+    tools: list[Tool] = []
+    for index, factory in enumerate(factories):
+      binding = f"mgrpo_jax.plugins.user_tools.{role}[{index}]"
+      tool = _made_by(factory, made) or _make_tool(factory, binding, made)
+      if tool.name in (t.name for t in tools):
+        raise ValueError(f"{binding}: tool {tool.name!r} is bound to {role} twice")
+      tools.append(tool)
+    out[role] = tuple(tools)
+  return out
+
+
+def _made_by(factory: ToolFactory, made: dict[str, tuple[ToolFactory, Tool, str]]
+             ) -> Tool | None:
+  """The tool `factory` already made for another role, else None."""
+  return next((tool for maker, tool, _ in made.values() if maker is factory), None)
+
+
+def _make_tool(factory: ToolFactory, binding: str,
+               made: dict[str, tuple[ToolFactory, Tool, str]]) -> Tool:
+  """`factory()`, checked (`user_tools`) and recorded in `made` under its name."""
+  if not callable(factory):
+    raise ValueError(f"{binding}: got a {type(factory).__name__}, not a factory; bind the "
+                     "function returning a Tool (@f), not its result (@f())")
+  name = getattr(factory, "__name__", repr(factory))
+  try:
+    tool = factory()
+  except Exception as e:  # noqa: BLE001 - any error of user code is reported as one line
+    raise ValueError(f"{binding}: {name}() raised {type(e).__name__}: {e}") from e
+  if not isinstance(tool, Tool):
+    raise ValueError(f"{binding}: {name}() returned {type(tool).__name__}, not a "
+                     "mgrpo_jax.agents.tools.Tool")
+  problem = check_tool(tool)
+  if problem:
+    raise ValueError(f"{binding}: {name}(): {problem}")
+  if tool.name in BUILT_IN_TOOLS:
+    raise ValueError(f"{binding}: tool {tool.name!r} collides with a built-in tool "
+                     f"({', '.join(BUILT_IN_TOOLS)})")
+  if tool.name in made:
+    raise ValueError(f"{binding}: tool {tool.name!r} collides with the tool of "
+                     f"{made[tool.name][2]}")
+  made[tool.name] = (factory, tool, binding)
+  return tool
+
+
+def all_user_tools() -> tuple[Tool, ...]:
+  """Every role's user tools, each once: what the registries executing calls add."""
+  return tuple({tool.name: tool for tools in user_tools().values() for tool in tools}.values())
+
+
 def parse_gin(files: list[str], bindings: list[str]) -> None:
-  """Loads gin files, then bindings (later ones win); errors name the file or binding."""
+  """Loads gin files, then bindings (later ones win); errors name the file or binding.
+
+  The user tools are made once here, so a bad one stops a run before it starts, with
+  its error's first line (gin adds the configurable's name on a second one).
+  """
   gin.parse_config_files_and_bindings(files, bindings, finalize_config=False)
+  try:
+    user_tools()
+  except ValueError as e:
+    raise ValueError(str(e).splitlines()[0]) from None

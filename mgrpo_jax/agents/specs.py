@@ -122,13 +122,20 @@ def short_system_prompt(spec: AgentSpec) -> str:
   return _SHORT.format(who=spec.who.split(":")[0].capitalize(), tools=tools, result=spec.result)
 
 
-def spec_for(role: str, system: str = "full") -> AgentSpec:
-  """The spec of `role` with the "full" (released code) or "short" system prompt."""
+def spec_for(role: str, system: str = "full", extra_tools: tuple[Tool, ...] = ()
+             ) -> AgentSpec:
+  """The spec of `role` with the "full" (released code) or "short" system prompt.
+
+  `extra_tools` (a user's, `plugins.user_tools`) follow the built-in tools: the system
+  prompt lists them and `check_action` accepts calls to them.
+  """
   if role not in SPECS:
     raise ValueError(f"unknown agent role {role!r}; expected one of {sorted(SPECS)}")
   if system not in SYSTEM_STYLES:
     raise ValueError(f"prompts.system must be one of {SYSTEM_STYLES}, got {system!r}")
   spec = SPECS[role]
+  if extra_tools:
+    spec = dataclasses.replace(spec, tools=spec.tools + tuple(extra_tools))
   if system == "short":
     return dataclasses.replace(spec, system=short_system_prompt(spec))
   return spec

@@ -49,7 +49,6 @@ from mgrpo_jax.agents import specs
 from mgrpo_jax.agents.modes import Agent, make_controller
 from mgrpo_jax.agents.records import MainRecord, SubRecord
 from mgrpo_jax.agents.scoring import score
-from mgrpo_jax.agents.tools import make_registry
 from mgrpo_jax.config.modes import Mode, parse_mode
 from mgrpo_jax.evaluation import turn_accuracy
 from mgrpo_jax.tasks.judges import ExactMatchJudge
@@ -245,9 +244,7 @@ def evaluate_sources(config, root: str | pathlib.Path, sources: dict[str, Source
   world_path = ensure_world(root, config.world)
   questions = load_questions(world_path, config.world, str(config.world.stage),
                              split="test")[:int(config.eval.num_questions)]
-  registry = make_registry(world_path, world="test_world",
-                           top_n=int(config.tools.search_top_n),
-                           visit_budget=int(config.tools.visit_chars))
+  registry = agent_setup.tool_registry(world_path, config, world="test_world")
   main = _agent(config, "main", root, sources["main"])
   sub = None
   if mode.sub_agent:

@@ -27,10 +27,11 @@ import gin
 import jax
 import jax.numpy as jnp
 
+from mgrpo_jax import plugins
 from mgrpo_jax.agents import protocol, specs
 from mgrpo_jax.agents.config import AgentLimits, RolloutConfig
 from mgrpo_jax.agents.policy import SamplerPolicy
-from mgrpo_jax.agents.tools import make_registry
+from mgrpo_jax.agents.tools import ToolRegistry, index_registry, world_index
 from mgrpo_jax.config.modes import parse_mode
 from mgrpo_jax.config.spec import PRETRAINED_PRESETS
 from mgrpo_jax.models import get_config, init_model, load_pretrained
@@ -157,16 +158,30 @@ def rollout_config(config) -> RolloutConfig:
 
 
 def agent_specs(config) -> tuple[specs.AgentSpec, specs.AgentSpec]:
-  """(M's or the single agent's spec, S's spec) with `prompts.system`'s system prompts."""
+  """(M's or the single agent's spec, S's spec) with `prompts.system`'s system prompts,
+  each with its role's user tools (`plugins.user_tools`) after the built-in ones."""
   style = str(config.prompts.system)
   main_role = parse_mode(str(config.experiment.mode)).main_role
-  return specs.spec_for(main_role, style), specs.spec_for("sub", style)
+  extra = plugins.user_tools()
+  return (specs.spec_for(main_role, style, extra[main_role]),
+          specs.spec_for("sub", style, extra["sub"]))
 
 
-def tool_registry(world_path: pathlib.Path, config, *, world: str = "train_world"):
-  """search / visit / reason over one built world, sized by `tools.*`."""
-  return make_registry(world_path, world=world, top_n=int(config.tools.search_top_n),
-                       visit_budget=int(config.tools.visit_chars))
+def tool_registry(world_path: pathlib.Path, config, *, world: str = "train_world"
+                  ) -> ToolRegistry:
+  """`index_tool_registry` over a built world's index ("train_world", "test_world")."""
+  return index_tool_registry(world_index(world_path, world), config)
+
+
+def index_tool_registry(index_path: pathlib.Path, config) -> ToolRegistry:
+  """What every agent's tool calls run through: search / visit / reason over the SQLite
+  FTS5 index at `index_path`, sized by `tools.*`, and every role's user tools
+  (`plugins.all_user_tools`)."""
+  registry = index_registry(index_path, top_n=int(config.tools.search_top_n),
+                            visit_budget=int(config.tools.visit_chars))
+  for tool in plugins.all_user_tools():
+    registry.register(tool)
+  return registry
 
 
 def sampler_policy(model, tokenizer, agent, *, version: int = 0) -> SamplerPolicy:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 
-from mgrpo_jax.agents.tools import ToolRegistry, index_registry
+from mgrpo_jax.agents.tools import ToolRegistry
 from mgrpo_jax.agents.tools.search import build_index
 from mgrpo_jax.tasks import questions as questions_lib
 from mgrpo_jax.training import agent_setup
@@ -73,8 +73,7 @@ def demonstration_worlds(config, world_path: pathlib.Path, folder: pathlib.Path
       index_path = folder / "worlds" / f"world_{index}.sqlite"
       if not index_path.exists():
         build_index(rendering.render_pages(source), index_path)
-      registry = index_registry(index_path, top_n=int(config.tools.search_top_n),
-                                visit_budget=int(config.tools.visit_chars))
+      registry = agent_setup.index_tool_registry(index_path, config)
     names = ("demonstration_questions",) + ((index,) if index else ())
     seed = agent_setup.derive_seed(run_seed, *names) % 2**16
     prefix = f"demo-w{index}" if index else "demo"

@@ -21,11 +21,11 @@ ALLOWED = {
     "agents.tools": set(),
     "tasks": {"agents.tools"},
     "agents": {"agents.tools", "tasks", "text", "sampling", "models", "core", "utils", "config"},
-    "plugins": {"core"},
+    "plugins": {"core", "agents.tools"},
     "serving": {"agents", "agents.tools", "tasks", "text", "sampling", "models", "core", "utils",
                 "store", "config"},
     # the per-agent machinery: train state, update, checkpoints, data, an agent's set-up
-    "training": _MODELS | _AGENTS | {"serving"},
+    "training": _MODELS | _AGENTS | {"serving", "plugins"},
     # multi-host slices and the memory planner, over the per-agent machinery
     "scale": _MODELS | {"training", "metrics", "config"},
     "warm_start": _MODELS | _AGENTS | {"training", "scale", "metrics"},

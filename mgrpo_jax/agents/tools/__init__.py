@@ -9,7 +9,13 @@ from __future__ import annotations
 
 import pathlib
 
-from mgrpo_jax.agents.tools.base import Tool, ToolRegistry, ToolResult, validate_args
+from mgrpo_jax.agents.tools.base import (
+  Tool,
+  ToolRegistry,
+  ToolResult,
+  check_tool,
+  validate_args,
+)
 from mgrpo_jax.agents.tools.reason import DEFAULT_LIMITS, Limits, evaluate, make_reason_tool
 from mgrpo_jax.agents.tools.search import (
   SearchIndex,
@@ -33,16 +39,14 @@ def index_registry(index_path: pathlib.Path, *, top_n: int = 5, visit_budget: in
   return default_registry(SearchIndex.open(index_path), top_n=top_n, visit_budget=visit_budget)
 
 
-def make_registry(world_path: pathlib.Path, *, world: str = "train_world", top_n: int = 5,
-                  visit_budget: int = 1500) -> ToolRegistry:
-  """search / visit / reason over the built index of `world` ("train_world", "test_world")
-  in a built world folder (`<world_path>/index/<world>.sqlite`)."""
+def world_index(world_path: pathlib.Path, world: str = "train_world") -> pathlib.Path:
+  """The built search index of `world` ("train_world", "test_world") in a built world
+  folder: `<world_path>/index/<world>.sqlite`."""
   if world not in ("train_world", "test_world"):
     raise ValueError(f"world must be 'train_world' or 'test_world', got {world!r}")
-  return index_registry(world_path / "index" / f"{world}.sqlite", top_n=top_n,
-                        visit_budget=visit_budget)
+  return world_path / "index" / f"{world}.sqlite"
 
 
 __all__ = ["Limits", "SearchIndex", "Tool", "ToolRegistry", "ToolResult", "build_index",
-           "default_registry", "evaluate", "index_registry", "make_reason_tool",
-           "make_registry", "make_search_tool", "make_visit_tool", "validate_args"]
+           "check_tool", "default_registry", "evaluate", "index_registry", "make_reason_tool",
+           "make_search_tool", "make_visit_tool", "validate_args", "world_index"]

@@ -77,6 +77,34 @@ def validate_args(tool: Tool, args: Any) -> str | None:
   return None
 
 
+def check_tool(tool: Tool) -> str | None:
+  """None if `tool` is one `validate_args` and the prompts can use, else what is wrong.
+
+  Its name is a non-empty string, its description a string, `fn` callable, and
+  `parameters` a {"type": "object", "properties": {...}, "required": [...]} schema whose
+  property types are JSON types `validate_args` checks and whose required fields exist.
+  """
+  if not isinstance(tool.name, str) or not tool.name:
+    return f"tool name must be a non-empty string, got {tool.name!r}"
+  if not isinstance(tool.description, str) or not callable(tool.fn):
+    return f"{tool.name}: description must be a string and fn callable"
+  params = tool.parameters
+  if (not isinstance(params, Mapping) or params.get("type") != "object"
+      or not isinstance(params.get("properties"), Mapping)):
+    return f'{tool.name}: parameters must be {{"type": "object", "properties": {{...}}}}'
+  for field, schema in params["properties"].items():
+    json_type = schema.get("type", "string") if isinstance(schema, Mapping) else None
+    names = [json_type] if isinstance(json_type, str) else json_type
+    if (not isinstance(names, (list, tuple)) or not names
+        or any(not isinstance(n, str) or n not in _JSON_TYPES for n in names)):
+      return (f"{tool.name}: argument {field!r} has type {json_type!r}; expected one of "
+              f"{sorted(_JSON_TYPES)} or a list of them")
+  missing = [f for f in params.get("required", ()) if f not in params["properties"]]
+  if missing:
+    return f"{tool.name}: required arguments {missing} are not among its properties"
+  return None
+
+
 class ToolRegistry:
   """Tools by name; `call` validates arguments, times the call and catches errors."""
 
