@@ -18,11 +18,12 @@ docs/RESULTS.md has what it measures (6 min 38 s on 2 cores).
 
 Preset `short` (`--config=configs/local_demo.py:short`) is the demo in about 3 minutes
 (two question types, a smaller warm start, 15 RL steps): the test that the demo learns.
-Preset `comparison` is the demo sized for the paper's comparison, which runs it per mode
-and seed (configs/sweeps/paper_comparison.py: 6 arms x 3 seeds). Preset `natural`
-(`--config=configs/local_demo.py:natural`) is the same job in the natural-language
-world, whose multi-token names small models trained from scratch do not learn to copy in
-minutes (docs/RESULTS.md).
+Preset `natural` (`--config=configs/local_demo.py:natural`) is the same job in the
+natural-language world, whose multi-token names small models trained from scratch do
+not learn to copy in minutes (docs/RESULTS.md).
+
+The paper's comparison runs this config per mode and seed: configs/sweeps/
+paper_comparison.py.
 """
 
 from mgrpo_jax.config import apply_overrides, base_config
@@ -82,21 +83,6 @@ SHORT = {
     "eval.every": 0,
 }
 
-# The demo sized for the paper's comparison (configs/sweeps/paper_comparison.py: 6 arms
-# x 3 seeds, 12 warm starts and 18 RL runs within 45 minutes on 2 cores): every question
-# type, 1,200 demonstrations without the copy curriculum, 20 RL steps, one sample per
-# held-out question next to the greedy pass, no evaluation during RL, no step pages.
-COMPARISON = {
-    **SYMBOLIC,
-    "warm_start.num_questions": 1200,
-    "warm_start.num_worlds": 120,
-    "warm_start.copy_steps": 0,
-    "experiment.num_steps": 20,
-    "eval.samples": 1,
-    "eval.every": 0,
-    "logging.trajectory_every": 0,
-}
-
 NATURAL = {
     "experiment.name": "local_demo",
     "experiment.run_id": "local_demo",
@@ -134,12 +120,11 @@ for _agent, _turns in (("main", 5), ("sub", 4)):
       f"{_agent}.optim.learning_rate": 3e-4,
       f"{_agent}.optim.weight_decay": 0.0,
   })
-PRESETS = {"": SYMBOLIC, "short": SHORT, "comparison": COMPARISON, "natural": NATURAL}
+PRESETS = {"": SYMBOLIC, "short": SHORT, "natural": NATURAL}
 
 
 def get_config(arg=None):
-  """The demo config: the symbolic world (no argument), or preset "short", "comparison"
-  or "natural"."""
+  """The demo config: the symbolic world (no argument), or preset "short" or "natural"."""
   if (arg or "") not in PRESETS:
     raise ValueError(f"configs/local_demo.py presets are {sorted(PRESETS)}, got {arg!r}")
   config = base_config()

@@ -12,8 +12,7 @@ sub-agent) at two context budgets: M's (`single_agent`: every page it reads cost
 own context, where M reads only S's short reports) and a generous one
 (`single_agent_long`, `LONG_CONTEXT` tokens), so that "division of labour" and
 "context budget" are measured apart. Every run has the base config's warm-start
-budget and RL steps: the demo's `comparison` preset (configs/local_demo.py), sized so
-that the 18 runs fit in 45 minutes on 2 cores.
+budget and RL steps.
 
 The arms mgrpo, frozen_sub and no_alignment of one seed start from the same warm start
 (same demonstrations, same fine-tuning), computed once in
@@ -49,5 +48,5 @@ def _arm_run(run: Run) -> Run:
 
 def get_sweep() -> Sweep:
   runs = grid(ARMS, axis("experiment.seed", SEEDS, label="s{}"))
-  return Sweep(name="paper_comparison", base_config="configs/local_demo.py:comparison",
+  return Sweep(name="paper_comparison", base_config="configs/local_demo.py",
                runs=tuple(_arm_run(run) for run in runs))

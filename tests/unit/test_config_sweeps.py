@@ -62,7 +62,7 @@ def write_sweep(folder: pathlib.Path, body: str, name: str = "my_sweep.py") -> s
 def test_paper_comparison_is_arms_by_seeds_with_run_ids():
   sweep = load_sweep("configs/sweeps/paper_comparison.py", root=ROOT)
   assert sweep.name == "paper_comparison"
-  assert sweep.base_config == "configs/local_demo.py:comparison"
+  assert sweep.base_config == "configs/local_demo.py"
   arms = ("mgrpo", "frozen_sub", "single_agent", "single_agent_long", "shared_policy",
           "no_alignment")
   expected = [(arm, seed) for arm in arms for seed in (0, 1, 2)]
