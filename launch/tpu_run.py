@@ -81,11 +81,12 @@ _SLICE = flags.DEFINE_enum(
     "'sub' (the sub-agent S: serves S's turns, waits for M's outcomes, S's update), or "
     "'all' (both, as two local processes).")
 _STAGE = flags.DEFINE_enum(
-    "stage", "rl", ["rl", "warm_start"],
+    "stage", "rl", ["rl", "warm_start", "eval_before", "eval_after"],
     "With --slice=main or --slice=sub: 'rl' (M-GRPO, stage 2) or 'warm_start' (stage 1 of "
     "that agent alone: the noisy oracles' demonstrations, copy curriculum and SFT, saved "
     "under the run's warm_start folder). --slice=all runs every stage, starting each "
-    "agent's warm start and RL as --slice=main|sub processes.")
+    "agent's warm start and RL as --slice=main|sub processes and each held-out "
+    "evaluation as a --slice=all --stage=eval_before|eval_after process.")
 _CONFIG = config_flags.DEFINE_config_file(
     "config", "configs/default.py",
     "Config file defining get_config(arg); 'path.py:arg' passes arg (a preset). Override "
@@ -150,9 +151,11 @@ def _distributed_config():
                                     process_id=_PROCESS_ID.value)
   except ValueError as e:
     _fail(f"--coordinator_address/--num_processes/--process_id: {e}")
-  if _STAGE.value != "rl" and _SLICE.value == "all":
+  if _STAGE.value == "warm_start" and _SLICE.value == "all":
     _fail(f"--stage={_STAGE.value} needs --slice=main or --slice=sub: --slice=all runs every "
           "stage")
+  if _STAGE.value.startswith("eval_") and _SLICE.value != "all":
+    _fail(f"--stage={_STAGE.value} evaluates the whole system: it needs --slice=all")
   if distributed.mode != "single" and _SLICE.value == "all":
     _fail("--coordinator_address needs --slice=main or --slice=sub: each agent's slice is "
           "its own multi-host job")
@@ -178,10 +181,12 @@ def main(argv: list[str]) -> None:
   config = _load_config()
   distributed = _distributed_config()
   planning_only = _PRINT_CONFIG.value or _DRY_RUN.value
-  if planning_only:
+  orchestrating = _SLICE.value == "all" and _STAGE.value == "rl"
+  if planning_only or orchestrating:
     import jax
 
-    # Abstract shapes only: never open (and hold) the accelerators of the host.
+    # Abstract shapes only, or the --slice=all parent, whose children do the work: never
+    # open (and hold) the accelerators of the host.
     jax.config.update("jax_platforms", "cpu")
   else:
     from mgrpo_jax.scale.distributed import initialize

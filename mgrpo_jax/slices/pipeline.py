@@ -5,24 +5,30 @@
               fine-tuned on the noisy oracles' demonstrations and saved as a parameter
               checkpoint; the RL slices start from it.
   eval before (`eval.enabled`) the warm-started agents on the held-out test world
-              -> `<local>/eval/warm_start.json`.
+              -> `<local>/eval/warm_start.json`, in a child process
+              (`--slice=all --stage=eval_before`).
   rl          stage 2, M-GRPO: the two slices as processes (`run.run_children`; the step
               protocol of docs/ALGORITHM.md); with `eval.every` = e > 0 they keep the
               checkpoints of every e-th step.
   eval after  the RL run's latest checkpoints -> `<local>/eval/final.json`; with e > 0
               also, greedy only, the checkpoints of steps e, 2e, ... before the last ->
-              `<local>/eval/step_<t>.json` (the held-out curve).
+              `<local>/eval/step_<t>.json` (the held-out curve); one child process
+              (`--slice=all --stage=eval_after`).
   report      PNG plots of the training curves and the before/after table, printed and
               written to `<local>/report/` (`mgrpo_jax.metrics.report`).
 
 A stage whose output exists is skipped, so re-running the command after an interruption
-continues where it stopped (the RL stage resumes from its checkpoints).
+continues where it stopped (the RL stage resumes from its checkpoints). This process
+only orchestrates: it runs on JAX's CPU backend and computes nothing on a device, so
+the children own the host's accelerators (`child_env`).
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import math
+from typing import Any
 
 from absl import logging as absl_logging
 
@@ -41,14 +47,63 @@ def curve_steps(every: int, num_steps: int) -> range:
   return range(every, num_steps, every) if every else range(0)
 
 
+def _keeps_curve_checkpoints(config):
+  """With `eval.every` = e > 0, the config whose RL run keeps every e-th step's
+  checkpoints (and those of a `keep_period` already set)."""
+  every = int(config.eval.every) if config.eval.enabled else 0
+  if not every:
+    return config
+  config = copy.deepcopy(config)
+  config.checkpoint.keep_period = math.gcd(int(config.checkpoint.keep_period), every)
+  return config
+
+
+def _evaluation_sources(config, paths: RunPaths) -> dict[str, dict[str, Source]]:
+  """{label: the checkpoints it evaluates} of one run, in the order they are evaluated."""
+  mode = parse_mode(str(config.experiment.mode))
+  sources = {"final": {role: Source(paths.checkpoints(role), "state") for role in mode.agents}}
+  for step in curve_steps(int(config.eval.every), int(config.experiment.num_steps)):
+    sources[f"step_{step}"] = {role: Source(paths.checkpoints(role), "state", step)
+                               for role in mode.agents}
+  return sources
+
+
+def run_evaluation_stage(config, workdir: str, stage: str) -> None:
+  """One evaluation stage in its own process (`--slice=all --stage=<stage>`):
+  "eval_before" the warm start's parameter checkpoints (`<role>.model.init_checkpoint`),
+  "eval_after" the RL run's latest checkpoints, then the held-out curve (greedy)."""
+  paths = RunPaths.from_config(config, workdir)
+  if stage == "eval_before":
+    mode = parse_mode(str(config.experiment.mode))
+    run_evaluation(config, paths, "warm_start", {
+        role: Source(str(config[role].model.init_checkpoint), "params") for role in mode.agents})
+    return
+  for label, sources in _evaluation_sources(config, paths).items():
+    run_evaluation(config, paths, label, sources, greedy_only=label != "final")
+
+
+def _evaluated(paths: RunPaths, label: str) -> dict[str, Any]:
+  return json.loads((paths.local / "eval" / f"{label}.json").read_text())
+
+
+def _evaluate(config, workdir: str, spawn, stage: str, labels: list[str]
+              ) -> dict[str, dict[str, Any]]:
+  """The summaries of `labels`, evaluated by a `stage` child unless all are done."""
+  paths = RunPaths.from_config(config, workdir)
+  if not all((paths.local / "eval" / f"{label}.json").exists() for label in labels):
+    spawn(config, workdir, ("all",), stage)
+  return {label: _evaluated(paths, label) for label in labels}
+
+
 def run_all(config, workdir: str, spawn) -> None:
-  """warm start -> eval before -> RL -> eval after -> report.
+  """warm start -> eval before -> RL -> eval after -> report; every stage in children.
 
   Args:
     config: the run's config.
     workdir: the run's folder.
-    spawn: `spawn(config, workdir, slices, stage)` runs `stage` ("warm_start", "rl") of
-      each of `slices` ("main", "sub") as concurrent processes (`run.run_children`).
+    spawn: `spawn(config, workdir, slices, stage)` runs `stage` ("warm_start", "rl",
+      "eval_before", "eval_after") of each of `slices` ("main", "sub"; "all" for an
+      evaluation) as concurrent processes (`run.run_children`).
   """
   absl_logging.set_verbosity(absl_logging.WARNING)  # library INFO lines drown the stages
   paths = RunPaths.from_config(config, workdir)
@@ -56,25 +111,17 @@ def run_all(config, workdir: str, spawn) -> None:
   before = after = None
   if config.warm_start.enabled:
     config = with_init_checkpoints(config, run_warm_start(config, paths, spawn))
-  initial = {role: Source(str(config[role].model.init_checkpoint), "params")
-             for role in mode.agents if config[role].model.init_checkpoint}
-  if config.eval.enabled and len(initial) == len(mode.agents):
-    before = run_evaluation(config, paths, "warm_start", initial)
-  every = int(config.eval.every) if config.eval.enabled else 0
-  if every:  # keep the curve's checkpoints, and those of a keep_period already set
-    config = copy.deepcopy(config)
-    config.checkpoint.keep_period = math.gcd(int(config.checkpoint.keep_period), every)
+  warm_started = all(config[role].model.init_checkpoint for role in mode.agents)
+  if config.eval.enabled and warm_started:
+    before = _evaluate(config, workdir, spawn, "eval_before", ["warm_start"])["warm_start"]
+  config = _keeps_curve_checkpoints(config)
   spawn(config, workdir, ("sub", "main"), "rl")
   curve = []
   if config.eval.enabled:
-    final = {role: Source(paths.checkpoints(role), "state")
-             for role in mode.agents}
-    after = run_evaluation(config, paths, "final", final)
-    for step in curve_steps(every, int(config.experiment.num_steps)):
-      sources = {role: Source(paths.checkpoints(role), "state", step)
-                 for role in mode.agents}
-      curve.append((step, run_evaluation(config, paths, f"step_{step}", sources,
-                                         greedy_only=True)))
+    summaries = _evaluate(config, workdir, spawn, "eval_after",
+                          list(_evaluation_sources(config, paths)))
+    after = summaries.pop("final")
+    curve = [(int(label.removeprefix("step_")), summary) for label, summary in summaries.items()]
   written = report.write_report(paths.local, paths.logs("main") / "metrics.jsonl",
                                 paths.logs("sub") / "metrics.jsonl", before, after,
                                 title=f"{config.experiment.name} ({mode.name})", curve=curve)

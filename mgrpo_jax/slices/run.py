@@ -4,16 +4,19 @@
         M's warm start alone (`warm_start.stage.warm_start_agent`)
   sub   the sub slice: RL (`sub_slice.run_sub_slice`), or S's warm start alone
   all   the stages of `pipeline.run_all`: warm start and held-out evaluation when
-        configured, around the RL stage. The agents' warm starts and the RL stage run
-        as child processes of this one (`run_children`): each `launch/tpu_run.py
-        --slice=main|sub --stage=...` with the same config (the validated config is
+        configured, around the RL stage, each in child processes of this one, which
+        itself computes nothing on a device (`run_children`): each agent's warm start
+        and RL slice as `launch/tpu_run.py --slice=main|sub --stage=...`, the
+        evaluations as `--slice=all --stage=eval_before|eval_after`
+        (`pipeline.run_evaluation_stage`), with the same config (the validated config is
         written to `<local>/launch/config.py` and the gin bindings to
         `<local>/launch/bindings.gin`, so overrides and user components reach the children
         exactly), the same workdir and, unless `store.uri` is set, the local store under
-        it. In the RL stage the RPC between them is real loopback TCP. Their output is
-        relayed line by line with a `[main]` / `[sub]` prefix; each child's pid is written
-        to `<local>/launch/<slice>.pid`. If one fails, the others are terminated and
-        `run_slice` exits non-zero.
+        it. Concurrent children get disjoint shares of the host's accelerators in their
+        environment (`child_env`). In the RL stage the RPC between them is real loopback
+        TCP. Their output is relayed line by line with a `[main]` / `[sub]` / `[eval]`
+        prefix; each child's pid is written to `<local>/launch/<prefix>.pid`. If one
+        fails, the others are terminated and `run_slice` exits non-zero.
 """
 
 from __future__ import annotations
@@ -28,11 +31,13 @@ import threading
 import time
 
 from mgrpo_jax.metrics.wandb_run import import_wandb
+from mgrpo_jax.slices.child_env import child_environments, detect_accelerators
 from mgrpo_jax.training.files import atomic_write
 from mgrpo_jax.training.paths import RunPaths
 
 SLICES = ("main", "sub", "all")
-STAGES = ("rl", "warm_start")
+STAGES = ("rl", "warm_start", "eval_before", "eval_after")
+EVAL_STAGES = ("eval_before", "eval_after")
 _LAUNCHER = pathlib.Path(__file__).resolve().parents[2] / "launch" / "tpu_run.py"
 _CONFIG_FILE = '''"""The config of this run, written by run_slice('all') for its two slices."""
 
@@ -55,7 +60,13 @@ def run_slice(slice_name: str, config, workdir: str, stage: str = "rl") -> None:
     raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
   if config.logging.wandb.enabled:
     import_wandb()  # a missing package fails here, not after the warm start
-  if stage == "warm_start":
+  if stage in EVAL_STAGES:
+    if slice_name != "all":
+      raise ValueError(f"stage {stage!r} evaluates the whole system: slice 'all', got "
+                       f"{slice_name!r}")
+    from mgrpo_jax.slices.pipeline import run_evaluation_stage
+    run_evaluation_stage(config, workdir, stage)
+  elif stage == "warm_start":
     if slice_name not in ("main", "sub"):
       raise ValueError(f"stage 'warm_start' runs one agent: slice 'main' or 'sub', got "
                        f"{slice_name!r} (slice 'all' runs every stage)")
@@ -97,6 +108,9 @@ def run_children(config, workdir: str, slices: tuple[str, ...], stage: str) -> N
   """`stage` of each of `slices` as concurrent child processes (module docstring)."""
   paths = RunPaths.from_config(config, workdir)
   config_path, gin_path = write_launch_files(config, paths)
+  prefixes = {name: "eval" if name == "all" else name for name in slices}
+  environments = child_environments(detect_accelerators(), tuple(prefixes.values()),
+                                    dict(os.environ, PYTHONUNBUFFERED="1"))
   # A SIGTERM to this process stops the children (the `finally` below).
   previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
   children: dict[str, subprocess.Popen] = {}
@@ -108,10 +122,10 @@ def run_children(config, workdir: str, slices: tuple[str, ...], stage: str) -> N
                  f"--config={config_path}", f"--workdir={paths.workdir}",
                  f"--gin_file={gin_path}", "--verbosity=-1"]
       child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                               env=environments[prefixes[name]])
       children[name] = child
-      atomic_write(paths.local / "launch" / f"{name}.pid", str(child.pid).encode())
-      relay = threading.Thread(target=_relay, args=(name, child.stdout, sys.stdout),
+      atomic_write(paths.local / "launch" / f"{prefixes[name]}.pid", str(child.pid).encode())
+      relay = threading.Thread(target=_relay, args=(prefixes[name], child.stdout, sys.stdout),
                                daemon=True)
       relay.start()
       relays.append(relay)
@@ -126,8 +140,9 @@ def run_children(config, workdir: str, slices: tuple[str, ...], stage: str) -> N
       relay.join(timeout=5)
     signal.signal(signal.SIGTERM, previous)
   if failed is not None:
-    raise SystemExit(f"run_slice('all'): the {failed} slice's {stage} stage exited with "
-                     f"status {children[failed].returncode}; the other processes were stopped")
+    raise SystemExit(f"run_slice('all'): the {prefixes[failed]} process's {stage} stage "
+                     f"exited with status {children[failed].returncode}; the other processes "
+                     "were stopped")
 
 
 def _terminate(child: subprocess.Popen, grace_s: float = 10.0) -> None:

@@ -165,3 +165,18 @@ def test_resume_after_sigkill_at_random_times_equals_uninterrupted_run(reference
     assert sorted(got) == sorted(ref)
     for name in ref:
       np.testing.assert_array_equal(got[name], ref[name], err_msg=f"{role} {name}")
+
+
+def test_the_evaluation_runs_in_its_own_child_process(reference):
+  """A rerun with the evaluation on: RL is done, so only the `eval_after` stage runs, as
+  a `[eval]` child (`--slice=all --stage=eval_after`); the parent computes nothing."""
+  workdir, _ = reference
+  result = trainer_harness.launch(
+      workdir, f"--config.experiment.num_steps={NUM_STEPS}", "--config.eval.enabled=True",
+      "--config.eval.num_questions=4", "--config.eval.samples=1",
+      "--config.eval.viewer_questions=0")
+  assert result.returncode == 0, result.stdout[-4000:]
+  assert "[eval] eval final: accuracy" in result.stdout
+  assert (workdir / "eval" / "final.json").exists()
+  assert (workdir / "launch" / "eval.pid").exists()
+  assert "held-out accuracy" in result.stdout  # the report's table, from the child's summary
