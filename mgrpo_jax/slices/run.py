@@ -28,8 +28,8 @@ import threading
 import time
 
 from mgrpo_jax.metrics.wandb_run import import_wandb
-from mgrpo_jax.training.files import atomic_write
 from mgrpo_jax.training.paths import RunPaths
+from mgrpo_jax.utils.atomic_files import atomic_write
 
 SLICES = ("main", "sub", "all")
 STAGES = ("rl", "warm_start")

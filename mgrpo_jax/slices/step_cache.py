@@ -26,7 +26,8 @@ import urllib.parse
 from typing import Any
 
 from mgrpo_jax.agents.records import MainRecord, SubRecord, Trajectory
-from mgrpo_jax.training.files import atomic_write, dump_json, load_json
+from mgrpo_jax.training.files import dump_json, load_json
+from mgrpo_jax.utils.atomic_files import atomic_write
 
 
 def main_record_to_dict(record: MainRecord) -> dict[str, Any]:

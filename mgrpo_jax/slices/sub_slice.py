@@ -50,7 +50,7 @@ from mgrpo_jax.store.schema import MainOutcomes, ack_key, outcomes_key
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.batching import TrainBatch
 from mgrpo_jax.training.data import world_rendering
-from mgrpo_jax.training.files import atomic_write
+from mgrpo_jax.utils.atomic_files import atomic_write
 
 
 def _acked_steps(store, run_id: str, num_steps: int) -> int:

@@ -13,7 +13,7 @@ from mgrpo_jax.agents.records import END_RESULT, MainRecord, SubRecord, ToolCall
 from mgrpo_jax.serving.address import encode_address, read_address, service_token
 from mgrpo_jax.serving.sub_service import WeightVersions
 from mgrpo_jax.slices.step_cache import MainStepCache, SubStepCache
-from mgrpo_jax.training.files import atomic_write
+from mgrpo_jax.utils.atomic_files import atomic_write
 
 
 def _trajectory(seed: int) -> Trajectory:
