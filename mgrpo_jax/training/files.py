@@ -37,10 +37,9 @@ def dump_json(value: Any) -> bytes:
   return json.dumps(to_plain(value), sort_keys=True, separators=(",", ":")).encode("utf-8")
 
 
-def load_json(path: str | os.PathLike[str]) -> Any:
-  """Parses a JSON file; errors name the file."""
-  path = pathlib.Path(path)
+def parse_json(data: bytes, source: str) -> Any:
+  """Parses JSON bytes (e.g. `dump_json`'s); errors name `source`, where they came from."""
   try:
-    return json.loads(path.read_bytes())
+    return json.loads(data)
   except json.JSONDecodeError as e:
-    raise ValueError(f"{path}: not valid JSON: {e}") from e
+    raise ValueError(f"{source}: not valid JSON: {e}") from e
