@@ -2,7 +2,7 @@
 
 One training step writes, besides the store's records: M's write-ahead cache (B x K
 scored rollouts in one file), S's records (one file per sub-agent call, written by the
-service before it replies), reads both back once, retires an older step's files, and
+service before it replies, here as one delegation batch), reads both back once, retires an older step's files, and
 (with a `gs://` workdir) copies the slice's logs (metrics.jsonl and a TensorBoard event
 file, after `--history` earlier steps of them) to the workdir. This times each part per step
 (median over the steps, ms) for both backends. The emulator runs on this machine, so its
@@ -70,8 +70,7 @@ def measure(files: Folder, logs: pathlib.Path, mirror: bool) -> dict[str, list[f
            for q in ids for k in range(_ROLLOUTS.value) for i in range(_CALLS.value)]
     timer = Timer()
     with timer("S records put"):
-      for j, record in enumerate(sub):
-        sub_cache.put(step, record, (0, j))
+      sub_cache.put(step, [(record, (0, j)) for j, record in enumerate(sub)])
     with timer("M cache write"):
       main_cache.write(step, ids, main, [])
     with timer("M cache read"):

@@ -10,10 +10,11 @@ trains on exactly those rollouts instead of sampling again (the sub-agent may ha
 trained since).
 
 Sub slice (`SubStepCache`, `<workdir>/sub/cache/step_<t>/`): the service writes every S
-record it produces, one atomic file per call `(query id, k, i)`, BEFORE replying. Serving
-the same request again (a main slice that restarted mid-rollout) rewrites the same
-content. Each file also holds the call's arrival position (delegation batch of the
-step, position in the batch) for the no_alignment grouping.
+record it produces, one atomic file per call `(query id, k, i)` (a batch's files
+concurrently), BEFORE replying. Serving the same request again (a main slice that
+restarted mid-rollout) rewrites the same content. Each file also holds the call's
+arrival position (delegation batch of the step, position in the batch) for the
+no_alignment grouping.
 
 A step's files are deleted once no kept checkpoint of the agent precedes the step
 (`retire`, after the step's checkpoint and ack): a slice whose newest checkpoint is
@@ -26,12 +27,20 @@ runs on process 0).
 
 from __future__ import annotations
 
+import concurrent.futures
 import urllib.parse
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from mgrpo_jax.agents.records import MainRecord, SubRecord, Trajectory
 from mgrpo_jax.store.folder import Folder
 from mgrpo_jax.training.files import dump_json, parse_json
+
+T = TypeVar("T")
+R = TypeVar("R")
+# Files of one batch or step written, read or deleted at a time: GCS round trips
+# overlap, and a client's connection pool (10) is not exceeded.
+_WORKERS = 8
 
 
 def main_record_to_dict(record: MainRecord) -> dict[str, Any]:
@@ -90,9 +99,8 @@ class _StepFiles:
 
   def delete_before(self, step: int) -> None:
     """Removes the files of steps < `step` (leftovers of a crash between ack and retire)."""
-    for name in self.folder.list("step_"):
-      if _step_of(name) < step:
-        self.folder.delete(name)
+    _concurrently(self.folder.delete,
+                  [name for name in self.folder.list("step_") if _step_of(name) < step])
 
   def retire(self, step: int) -> None:
     """After the agent's checkpoint and ack of step `step`: drops the files no kept
@@ -131,17 +139,30 @@ class MainStepCache(_StepFiles):
 class SubStepCache(_StepFiles):
   """The sub slice's S records of each step (see the module docstring)."""
 
-  def put(self, step: int, record: SubRecord, arrival: tuple[int, int]) -> None:
-    """Atomically stores one call; the same call again replaces it."""
-    name = f"{_file_safe(record.query_id)}.{record.rollout_index}.{record.call_index}.json"
-    self.folder.write(f"{_step_name(step)}/{name}",
-                      dump_json({"arrival": list(arrival), "record": record.to_dict()}))
+  def put(self, step: int, calls: list[tuple[SubRecord, tuple[int, int]]]) -> None:
+    """Atomically stores each (record, arrival) of a delegation batch, concurrently; the
+    same call again replaces it."""
+    files = [(f"{_step_name(step)}/{_file_safe(record.query_id)}.{record.rollout_index}."
+              f"{record.call_index}.json",
+              dump_json({"arrival": list(arrival), "record": record.to_dict()}))
+             for record, arrival in calls]
+    _concurrently(lambda file: self.folder.write(*file), files)
 
   def load(self, step: int) -> list[tuple[tuple[int, int], SubRecord]]:
     """[(arrival, record)] of `step`, in arrival order (empty if none were cached)."""
+    names = self.folder.list(f"{_step_name(step)}/")
     out = []
-    for name in self.folder.list(f"{_step_name(step)}/"):
-      data = parse_json(self.folder.read(name), f"{self.folder.uri}/{name}")
-      out.append((tuple(data["arrival"]), SubRecord.from_dict(data["record"])))
+    for name, data in zip(names, _concurrently(self.folder.read, names), strict=True):
+      fields = parse_json(data, f"{self.folder.uri}/{name}")
+      out.append((tuple(fields["arrival"]), SubRecord.from_dict(fields["record"])))
     out.sort(key=lambda item: (item[0], item[1].key))
     return out
+
+
+def _concurrently(fn: Callable[[T], R], items: list[T]) -> list[R]:
+  """[fn(item) for item in items], `_WORKERS` at a time (a GCS folder's calls are round
+  trips); the first error is raised."""
+  if len(items) <= 1:
+    return [fn(item) for item in items]
+  with concurrent.futures.ThreadPoolExecutor(min(_WORKERS, len(items))) as pool:
+    return list(pool.map(fn, items))

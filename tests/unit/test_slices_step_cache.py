@@ -63,7 +63,7 @@ def test_caches_keep_the_steps_a_kept_checkpoint_may_redo(tmp_path):
   record = SubRecord("q", 0, 0, "t", "", "r", _trajectory(1))
   for step in range(5):
     main.write(step, ["q"], [], [])
-    sub.put(step, record, (0, 0))
+    sub.put(step, [(record, (0, 0))])
     main.retire(step)
     sub.retire(step)
   # checkpoints steps_done = 3, 4, 5 are kept: a fallback to 3 redoes steps 3 and 4
@@ -89,9 +89,8 @@ def test_sub_cache_orders_by_arrival_and_rewrites_idempotently(tmp_path):
   records = [SubRecord("q/1", k, i, "t", "", "r", _trajectory(10 * k + i))
              for k in range(2) for i in range(2)]
   arrivals = [(1, 0), (0, 1), (1, 1), (0, 0)]
-  for record, arrival in zip(records, arrivals, strict=True):
-    cache.put(3, record, arrival)
-  cache.put(3, records[0], (1, 0))  # the same call served again
+  cache.put(3, list(zip(records, arrivals, strict=True)))
+  cache.put(3, [(records[0], (1, 0))])  # the same call served again
   (tmp_path / "step_00000003" / ".x.json.tmp").write_bytes(b"{")  # an interrupted write is ignored
   loaded = cache.load(3)
   assert [a for a, _ in loaded] == sorted(arrivals)
@@ -135,7 +134,7 @@ def test_weight_versions_gate_and_evict():
 def test_sub_cache_keeps_query_ids_that_look_like_temporary_files(tmp_path, query_id):
   cache = SubStepCache(LocalFolder(tmp_path))
   record = SubRecord(query_id, 1, 0, "t", "", "r", _trajectory(5))
-  cache.put(2, record, (0, 0))
+  cache.put(2, [(record, (0, 0))])
   names = [p.name for p in (tmp_path / "step_00000002").iterdir()]
   assert len(names) == 1 and not names[0].startswith(".")
   loaded = cache.load(2)
