@@ -14,8 +14,8 @@ from typing import Any
 from mgrpo_jax.evaluation import held_out, trajectories
 from mgrpo_jax.metrics import trajectory_page
 from mgrpo_jax.scale.writers import log
-from mgrpo_jax.training.files import atomic_write
 from mgrpo_jax.training.paths import RunPaths
+from mgrpo_jax.utils.atomic_files import atomic_write
 
 
 def run_evaluation(config, paths: RunPaths, label: str, sources: dict[str, held_out.Source],

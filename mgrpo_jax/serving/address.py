@@ -1,39 +1,39 @@
 """Where the sub-agent service listens: a fixed `serving.host:port`, or a published file.
 
 With `serving.port = 0` the service binds a free port and publishes `{"host", "port"}`
-atomically (`encode_address`) in the run's `<local>/sub/service.json`
-(`training.paths.RunPaths.service_address`); the main slice reads it (again after every
-connection failure, so a restarted sub slice on a new port is found).
+(`encode_address`) in the run's `<workdir>/sub/service.json`, a replaceable file of the
+workdir (`training.paths.RunPaths.service_address_name`, local or `gs://`); the main
+slice reads it (again after every connection failure, so a restarted sub slice on a new
+port is found).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import pathlib
 
 Address = tuple[str, int]
 
 
 def encode_address(address: Address) -> bytes:
-  """The address file's content (the sub slice writes it atomically)."""
+  """The address file's content."""
   host, port = address
   return json.dumps({"host": host, "port": int(port)}).encode()
 
 
-def read_address(path: str | os.PathLike[str]) -> Address | None:
-  """The published address, or None when the file does not exist (yet)."""
-  path = pathlib.Path(path)
-  try:
-    data = json.loads(path.read_bytes())
-  except FileNotFoundError:
+def decode_address(data: bytes | None, source: str) -> Address | None:
+  """The address in an address file's content `data` (None: no file yet); errors name
+  `source`."""
+  if data is None:
     return None
-  except json.JSONDecodeError as e:
-    raise ValueError(f"{path}: not a service address file: {e}") from e
   try:
-    return str(data["host"]), int(data["port"])
+    fields = json.loads(data)
+  except json.JSONDecodeError as e:
+    raise ValueError(f"{source}: not a service address file: {e}") from e
+  try:
+    return str(fields["host"]), int(fields["port"])
   except (KeyError, TypeError, ValueError) as e:
-    raise ValueError(f"{path}: needs fields host and port, got {data!r}") from e
+    raise ValueError(f"{source}: needs fields host and port, got {fields!r}") from e
 
 
 def service_token(token_env: str) -> str | None:

@@ -10,9 +10,9 @@ Methods (`rpc.RpcServer` handlers, plain JSON):
     trainer has published answers "not_ready" (the caller retries); the service keeps
     the newest `keep_versions` versions (staleness + 1), so with a staleness bound s the
     main slice's step t is always served by version max(0, t - s) whatever the sub
-    trainer's progress: rollouts never depend on timing. Every produced `SubRecord` is
-    handed to `persist(step, record, (batch, position))` BEFORE the reply, so the sub
-    trainer finds every call that M saw; serving the same request again produces the
+    trainer's progress: rollouts never depend on timing. The batch's `SubRecord`s are
+    handed to `persist(step, [(record, (batch, position))])` BEFORE the reply, so the
+    sub trainer finds every call that M saw; serving the same request again produces the
     same records and replaces them.
   status {} -> {"version": current}
 
@@ -46,7 +46,7 @@ from mgrpo_jax.serving.rpc import RpcServer
 from mgrpo_jax.serving.wire import to_plain
 from mgrpo_jax.text import Tokenizer
 
-Persist = Callable[[int, SubRecord, tuple[int, int]], None]
+Persist = Callable[[int, list[tuple[SubRecord, tuple[int, int]]]], None]
 NOT_READY = "not_ready"
 OK = "ok"
 
@@ -164,9 +164,9 @@ class SubAgentService:
       self._policy.version = version
       results = self._client.run(requests, seed)
       already_trained = self._gate is not None and step < current  # the module docstring
-      for position, result in enumerate(results):
-        if not already_trained:
-          self._persist(step, result.record, (batch, position))
+      if not already_trained:
+        self._persist(step, [(result.record, (batch, position))
+                             for position, result in enumerate(results)])
       if self._after_persist is not None:
         self._after_persist(step)
       return {"status": OK, "version": version,

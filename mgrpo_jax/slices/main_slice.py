@@ -5,7 +5,7 @@ Step t (B queries, K rollouts each):
      holds S weights of version max(0, t - staleness) (its completed steps), and the
      step's delegations ask for exactly that version.
   2. B queries from the checkpointed `QueryStream`.
-  3. The step cache `main/cache/step_<t>.json` if present (a restart), else the
+  3. The step cache `<workdir>/main/cache/step_<t>.json` if present (a restart), else the
      controller's K rollouts per query (key from (seed, t)); scored (answer judge) and
      written to the cache BEFORE anything else leaves the process.
   4. R_M (`plugins.main_reward_fn`), outcomes(t) into the store (a re-put after a
@@ -14,7 +14,7 @@ Step t (B queries, K rollouts each):
      compiled update for the whole run), one update of M (in shared_policy, M's rows and
      the aligned S rows of the step in ONE batch of the one policy), checkpoint M
      (params, optimizer, step, PRNG, data iterator, policy version), ack_main(t),
-     delete the step cache; metrics and a progress line.
+     retire the step cache (`step_cache.py`); metrics and a progress line.
 
 Modes: mgrpo / frozen_sub / no_alignment use the remote sub-agent service;
 shared_policy runs both roles here with the in-process client (no sub slice);
@@ -46,7 +46,7 @@ from mgrpo_jax.agents.scoring import score
 from mgrpo_jax.scale import distributed
 from mgrpo_jax.scale.multihost import multi_host, rollout_model
 from mgrpo_jax.scale.writers import log
-from mgrpo_jax.serving.address import read_address, service_token
+from mgrpo_jax.serving.address import decode_address, service_token
 from mgrpo_jax.serving.remote_client import RemoteSubAgentClient
 from mgrpo_jax.slices import step_math, step_pages
 from mgrpo_jax.slices.common import Timer, describe_steps
@@ -54,6 +54,7 @@ from mgrpo_jax.slices.faults import crash_point
 from mgrpo_jax.slices.runtime import SliceRuntime, StepSettings, open_runtime
 from mgrpo_jax.slices.step_cache import records_from_json, records_to_json
 from mgrpo_jax.store.errors import StoreTimeoutError
+from mgrpo_jax.store.folder import Folder
 from mgrpo_jax.store.schema import MainOutcomes, ack_key
 from mgrpo_jax.tasks.judges import ExactMatchJudge
 from mgrpo_jax.training import agent_setup
@@ -77,15 +78,20 @@ class _CrashAfterBatch:
     return results
 
 
-def remote_client(config, paths: RunPaths) -> RemoteSubAgentClient:
-  """The client of the sub slice's service (fixed host:port, or the published file)."""
+def remote_client(config, paths: RunPaths, files: Folder) -> RemoteSubAgentClient:
+  """The client of the sub slice's service (fixed host:port, or the file the sub slice
+  published in the workdir's `files`)."""
   serving = config.serving
   if int(serving.port):
     fixed = (str(serving.host), int(serving.port))
     resolve, describe = (lambda: fixed), f"serving.host:port = {fixed[0]}:{fixed[1]}"
   else:
-    path = paths.service_address()
-    resolve, describe = (lambda: read_address(path)), str(path)
+    name = paths.service_address_name()
+    describe = f"{files.uri}/{name}"
+
+    def resolve():
+      return decode_address(files.read(name), describe)
+
   return RemoteSubAgentClient(resolve, describe=describe,
                               token=service_token(str(serving.token_env)),
                               deadline_s=float(serving.deadline_s),
@@ -133,7 +139,8 @@ def run_main_slice(config, workdir: str) -> None:
     rt.apply_init_checkpoint()
   rt.resume(start, ack_version=start)
   policy = rt.sampler_policy(version=start)
-  client = _CrashAfterBatch(remote_client(config, rt.paths)) if mode.decoupled else None
+  client = (_CrashAfterBatch(remote_client(config, rt.paths, rt.files)) if mode.decoupled
+            else None)
   controller = _controller(rt, policy, client)
   answer_judge = ExactMatchJudge()
   expert_judge = _expert_judge(config) if mode.sub_agent else None
@@ -163,7 +170,7 @@ def run_main_slice(config, workdir: str) -> None:
                           "policy_version": step + 1})
     crash_point("main", "checkpoint", step)
     rt.ack(step, step + 1, timer)
-    rt.drop_cache(step)
+    rt.retire_cache(step)
     if rt.is_writer and step_pages.page_due(config, step):
       with timer("page"):
         _write_page(rt, step, rollouts, outcome, expert_judge)
@@ -302,7 +309,7 @@ def _rollouts(step, queries, cache, controller, num_rollouts, seed, answer_judge
     cached_ids, main, sub = cached
     served = sub
     if cached_ids != query_ids:
-      raise ValueError(f"{cache.path(step)} holds queries {cached_ids}, but step {step} "
+      raise ValueError(f"{cache.describe(step)} holds queries {cached_ids}, but step {step} "
                        f"reads {query_ids}: the data or the seed changed since the crash")
     stats["main/from_cache"] = 1.0
   else:
@@ -336,10 +343,9 @@ def _load_cache(cache, step):
   """The step's cached records; with several processes, process 0's cache, broadcast."""
   if not multi_host():
     return cache.load(step)
-  path = cache.path(step)
-  payload = path.read_bytes() if distributed.is_writer() and path.exists() else None
+  payload = cache.read_bytes(step) if distributed.is_writer() else None
   data = distributed.broadcast_bytes(payload)
-  return records_from_json(json.loads(data), step, str(path)) if data else None
+  return records_from_json(json.loads(data), step, cache.describe(step)) if data else None
 
 
 def _gather_rollouts(step, query_ids, main, sub, sub_tokens):

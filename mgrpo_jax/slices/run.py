@@ -32,8 +32,8 @@ import time
 
 from mgrpo_jax.metrics.wandb_run import import_wandb
 from mgrpo_jax.slices.child_env import child_environments, detect_accelerators
-from mgrpo_jax.training.files import atomic_write
 from mgrpo_jax.training.paths import RunPaths
+from mgrpo_jax.utils.atomic_files import atomic_write
 
 SLICES = ("main", "sub", "all")
 STAGES = ("rl", "warm_start", "eval_before", "eval_after")

@@ -2,10 +2,12 @@
 
 A slice's loop (`main_slice.py`, `sub_slice.py`) is the step protocol of
 docs/ALGORITHM.md; everything it stands on is here: the step's settings, the run's
-folders and store, the world's questions and tools, the agent's model, train state,
-checkpointer and write-ahead cache, its update, acknowledgements, and the metrics and
-progress line of a step. With several processes, process 0 alone writes (store records,
-caches, metrics, log lines); checkpoint saves and restores are collective.
+folders, files and store, the world's questions and tools, the agent's model, train
+state, checkpointer and write-ahead cache (in the workdir), its update,
+acknowledgements, and the metrics and progress line of a step (written locally; with a
+`gs://` workdir copied to it after every written step, `log_mirror.py`). With several
+processes, process 0 alone writes (store records, caches, metrics, log lines);
+checkpoint saves and restores are collective.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from mgrpo_jax.scale.multihost import device_batch, rollout_model
 from mgrpo_jax.scale.writers import log, metrics_writer
 from mgrpo_jax.slices import step_math
 from mgrpo_jax.slices.common import Timer, check_config, metrics_due, open_run_store
+from mgrpo_jax.slices.log_mirror import LogMirror
 from mgrpo_jax.slices.step_cache import MainStepCache, SubStepCache
+from mgrpo_jax.store.folder import Folder, open_folder
 from mgrpo_jax.store.protocol import Store
 from mgrpo_jax.store.schema import SliceAck
 from mgrpo_jax.training import agent_setup
@@ -74,6 +78,7 @@ class SliceRuntime:
   settings: StepSettings
   paths: RunPaths
   store: Store
+  files: Folder  # the workdir's replaceable files (caches, the service address, logs)
   world_path: pathlib.Path
   questions: list
   registry: Any
@@ -82,6 +87,7 @@ class SliceRuntime:
   checkpointer: AgentCheckpointer
   cache: MainStepCache | SubStepCache
   writer: Any = None  # the metrics writer, from `start_metrics`
+  log_mirror: LogMirror | None = None  # with a gs:// workdir, from `start_metrics`
   _updates: dict[int, Any] = dataclasses.field(default_factory=dict)
 
   @property
@@ -162,13 +168,19 @@ class SliceRuntime:
     ack = SliceAck(self.settings.run_id, step, self.role, version)
     self.put(ack.key, ack.to_bytes(), timer)
 
-  def drop_cache(self, step: int) -> None:
-    """Process 0: the step's write-ahead cache, no longer needed once acknowledged."""
+  def retire_cache(self, step: int) -> None:
+    """Process 0, after the step's ack: the write-ahead cache files no kept checkpoint
+    needs again."""
     if self.is_writer:
-      self.cache.delete(step)
+      self.cache.retire(step)
 
   def start_metrics(self) -> None:
-    """Opens the slice's metrics writer (metrics.jsonl, TensorBoard, W&B)."""
+    """Opens the slice's metrics writer (metrics.jsonl, TensorBoard, W&B), with a
+    `gs://` workdir after fetching the run's logs this machine lacks."""
+    if self.paths.remote and self.is_writer:
+      self.log_mirror = LogMirror(self.paths.logs(self.role),
+                                  self.files.child(self.paths.logs_name(self.role)))
+      self.log_mirror.restore()
     self.writer = metrics_writer(self.paths, self.role, self.config)
 
   def report(self, step: int, scalars: dict[str, float], timer: Timer,
@@ -180,13 +192,18 @@ class SliceRuntime:
     scalars.update({f"throughput/{k}_tokens_per_s": v for k, v in throughput.items()})
     if metrics_due(self.config, step):
       self.writer.write(step, scalars)
+      if self.log_mirror is not None:
+        self.log_mirror.sync()
     log(format_progress(step + 1, self.settings.num_steps, progress, timer.seconds,
                         throughput))
 
   def close(self) -> None:
-    """Closes the metrics writer and waits for the checkpointer's pending saves."""
+    """Closes the metrics writer (copying the logs a last time) and waits for the
+    checkpointer's pending saves."""
     if self.writer is not None:
       self.writer.close()
+    if self.log_mirror is not None:
+      self.log_mirror.sync()
     self.checkpointer.close()
 
 
@@ -195,6 +212,7 @@ def open_runtime(config, workdir: str, role: str) -> SliceRuntime:
   check_config(config)
   paths = RunPaths.from_config(config, workdir)
   store = open_run_store(paths)
+  files = open_folder(paths.workdir)
   world_path = ensure_world(paths.local, config.world)
   questions = load_questions(world_path, config.world, str(config.world.stage))
   registry = agent_setup.tool_registry(world_path, config)
@@ -204,6 +222,8 @@ def open_runtime(config, workdir: str, role: str) -> SliceRuntime:
                                    CheckpointConfig.from_config(config.checkpoint))
   return SliceRuntime(
       role=role, config=config, mode=parse_mode(str(config.experiment.mode)),
-      settings=StepSettings.from_config(config), paths=paths, store=store,
+      settings=StepSettings.from_config(config), paths=paths, store=store, files=files,
       world_path=world_path, questions=questions, registry=registry, tokenizer=tokenizer,
-      trainer=trainer, checkpointer=checkpointer, cache=_CACHES[role](paths.cache(role)))
+      trainer=trainer, checkpointer=checkpointer,
+      cache=_CACHES[role](files.child(paths.cache_name(role)),
+                          checkpoints_kept=int(config.checkpoint.keep)))

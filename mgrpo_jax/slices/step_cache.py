@@ -1,16 +1,24 @@
 """Write-ahead caches of one step's rollouts, so a restarted slice redoes nothing differently.
 
-Main slice (`MainStepCache`, `<local>/main/cache/step_<t>.json`): after the controller
+Both live in the run's workdir (`store.folder`: a local folder or `gs://`), so a slice
+restarted on another machine finds them.
+
+Main slice (`MainStepCache`, `<workdir>/main/cache/step_<t>.json`): after the controller
 finishes step t's rollouts, the scored M records (and, in shared_policy, the S records)
 are written in ONE atomic file before anything else happens; a restart that finds it
 trains on exactly those rollouts instead of sampling again (the sub-agent may have
-trained since). It is deleted once M's checkpoint and ack of step t are durable.
+trained since).
 
-Sub slice (`SubStepCache`, `<local>/sub/cache/step_<t>/`): the service writes every S
-record it produces, one atomic file per call `(query id, k, i)`, BEFORE replying. Serving
-the same request again (a main slice that restarted mid-rollout) rewrites the same
-content. Each file also holds the call's arrival position (delegation batch of the
-step, position in the batch) for the no_alignment grouping.
+Sub slice (`SubStepCache`, `<workdir>/sub/cache/step_<t>/`): the service writes every S
+record it produces, one atomic file per call `(query id, k, i)` (a batch's files
+concurrently), BEFORE replying. Serving the same request again (a main slice that
+restarted mid-rollout) rewrites the same content. Each file also holds the call's
+arrival position (delegation batch of the step, position in the batch) for the
+no_alignment grouping.
+
+A step's files are deleted once no kept checkpoint of the agent precedes the step
+(`retire`, after the step's checkpoint and ack): a slice whose newest checkpoint is
+corrupt falls back to an older one and redoes the steps after it from their files.
 
 Multi-host slices: only process 0 reads and writes these caches (the main slice gathers
 every process's records first and broadcasts a cache it finds; the sub slice's service
@@ -19,14 +27,20 @@ runs on process 0).
 
 from __future__ import annotations
 
-import os
-import pathlib
-import shutil
+import concurrent.futures
 import urllib.parse
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from mgrpo_jax.agents.records import MainRecord, SubRecord, Trajectory
-from mgrpo_jax.training.files import atomic_write, dump_json, load_json
+from mgrpo_jax.store.folder import Folder
+from mgrpo_jax.training.files import dump_json, parse_json
+
+T = TypeVar("T")
+R = TypeVar("R")
+# Files of one batch or step written, read or deleted at a time: GCS round trips
+# overlap, and a client's connection pool (10) is not exceeded.
+_WORKERS = 8
 
 
 def main_record_to_dict(record: MainRecord) -> dict[str, Any]:
@@ -65,77 +79,90 @@ def _step_name(step: int) -> str:
 
 def _file_safe(query_id: str) -> str:
   """`query_id` as a file name part: percent-escaped, a leading "." too (a name starting
-  with "." is a temporary file, which `SubStepCache.load` skips)."""
+  with "." is a temporary file, which a `store.folder` neither lists nor accepts)."""
   quoted = urllib.parse.quote(query_id, safe="")
   return "%2E" + quoted[1:] if quoted.startswith(".") else quoted
 
 
-class MainStepCache:
+def _step_of(name: str) -> int:
+  """t of a cache entry named `step_<t>.json` or `step_<t>/...`."""
+  return int(name.split("/")[0].removesuffix(".json").split("_")[1])
+
+
+class _StepFiles:
+  """A cache's folder and how long a step's files are kept."""
+
+  def __init__(self, folder: Folder, checkpoints_kept: int = 1):
+    """`checkpoints_kept`: the agent's `checkpoint.keep` (`retire`)."""
+    self.folder = folder
+    self.checkpoints_kept = checkpoints_kept
+
+  def delete_before(self, step: int) -> None:
+    """Removes the files of steps < `step` (leftovers of a crash between ack and retire)."""
+    _concurrently(self.folder.delete,
+                  [name for name in self.folder.list("step_") if _step_of(name) < step])
+
+  def retire(self, step: int) -> None:
+    """After the agent's checkpoint and ack of step `step`: drops the files no kept
+    checkpoint needs again. Checkpoints `steps_done` = step + 2 - keep .. step + 1 are
+    kept, and a fallback to `steps_done` = s redoes steps s..step from their files."""
+    self.delete_before(step + 2 - self.checkpoints_kept)
+
+
+class MainStepCache(_StepFiles):
   """The main slice's rollouts of one step (see the module docstring)."""
 
-  def __init__(self, directory: str | os.PathLike[str]):
-    self.directory = pathlib.Path(directory)
+  def name(self, step: int) -> str:
+    return f"{_step_name(step)}.json"
 
-  def path(self, step: int) -> pathlib.Path:
-    return self.directory / f"{_step_name(step)}.json"
+  def describe(self, step: int) -> str:
+    """Where step `step`'s cache lives, for messages."""
+    return f"{self.folder.uri}/{self.name(step)}"
 
   def write(self, step: int, query_ids: list[str], main: list[MainRecord],
             sub: list[SubRecord]) -> None:
     """Atomically stores step `step`'s scored records."""
-    atomic_write(self.path(step), dump_json(records_to_json(step, query_ids, main, sub)))
+    self.folder.write(self.name(step), dump_json(records_to_json(step, query_ids, main, sub)))
+
+  def read_bytes(self, step: int) -> bytes | None:
+    """The cache file of `step` as written, or None."""
+    return self.folder.read(self.name(step))
 
   def load(self, step: int) -> tuple[list[str], list[MainRecord], list[SubRecord]] | None:
     """(query ids, M records, S records) of `step`, or None if it was not cached."""
-    path = self.path(step)
-    if not path.exists():
+    data = self.read_bytes(step)
+    if data is None:
       return None
-    return records_from_json(load_json(path), step, str(path))
-
-  def delete(self, step: int) -> None:
-    self.path(step).unlink(missing_ok=True)
-
-  def delete_before(self, step: int) -> None:
-    """Removes leftovers of steps < `step` (a crash between ack and delete)."""
-    for path in self.directory.glob("step_*.json"):
-      if int(path.stem.split("_")[1]) < step:
-        path.unlink(missing_ok=True)
+    return records_from_json(parse_json(data, self.describe(step)), step, self.describe(step))
 
 
-class SubStepCache:
+class SubStepCache(_StepFiles):
   """The sub slice's S records of each step (see the module docstring)."""
 
-  def __init__(self, directory: str | os.PathLike[str]):
-    self.directory = pathlib.Path(directory)
-
-  def step_dir(self, step: int) -> pathlib.Path:
-    return self.directory / _step_name(step)
-
-  def put(self, step: int, record: SubRecord, arrival: tuple[int, int]) -> None:
-    """Atomically stores one call; the same call again replaces it."""
-    name = f"{_file_safe(record.query_id)}.{record.rollout_index}.{record.call_index}.json"
-    atomic_write(self.step_dir(step) / name,
-                 dump_json({"arrival": list(arrival), "record": record.to_dict()}))
+  def put(self, step: int, calls: list[tuple[SubRecord, tuple[int, int]]]) -> None:
+    """Atomically stores each (record, arrival) of a delegation batch, concurrently; the
+    same call again replaces it."""
+    files = [(f"{_step_name(step)}/{_file_safe(record.query_id)}.{record.rollout_index}."
+              f"{record.call_index}.json",
+              dump_json({"arrival": list(arrival), "record": record.to_dict()}))
+             for record, arrival in calls]
+    _concurrently(lambda file: self.folder.write(*file), files)
 
   def load(self, step: int) -> list[tuple[tuple[int, int], SubRecord]]:
     """[(arrival, record)] of `step`, in arrival order (empty if none were cached)."""
-    folder = self.step_dir(step)
-    if not folder.exists():
-      return []
+    names = self.folder.list(f"{_step_name(step)}/")
     out = []
-    for path in folder.glob("*.json"):
-      if path.name.startswith("."):
-        continue  # a temporary file of an interrupted write
-      data = load_json(path)
-      out.append((tuple(data["arrival"]), SubRecord.from_dict(data["record"])))
+    for name, data in zip(names, _concurrently(self.folder.read, names), strict=True):
+      fields = parse_json(data, f"{self.folder.uri}/{name}")
+      out.append((tuple(fields["arrival"]), SubRecord.from_dict(fields["record"])))
     out.sort(key=lambda item: (item[0], item[1].key))
     return out
 
-  def delete(self, step: int) -> None:
-    shutil.rmtree(self.step_dir(step), ignore_errors=True)
 
-  def delete_before(self, step: int) -> None:
-    if not self.directory.exists():
-      return
-    for path in self.directory.glob("step_*"):
-      if path.is_dir() and int(path.name.split("_")[1]) < step:
-        shutil.rmtree(path, ignore_errors=True)
+def _concurrently(fn: Callable[[T], R], items: list[T]) -> list[R]:
+  """[fn(item) for item in items], `_WORKERS` at a time (a GCS folder's calls are round
+  trips); the first error is raised."""
+  if len(items) <= 1:
+    return [fn(item) for item in items]
+  with concurrent.futures.ThreadPoolExecutor(min(_WORKERS, len(items))) as pool:
+    return list(pool.map(fn, items))

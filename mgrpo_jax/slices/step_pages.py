@@ -27,8 +27,8 @@ from mgrpo_jax.metrics import trajectory_page
 from mgrpo_jax.slices import step_math
 from mgrpo_jax.tasks.judges import ExactMatchJudge
 from mgrpo_jax.training import agent_setup
-from mgrpo_jax.training.files import atomic_write
 from mgrpo_jax.training.paths import RunPaths
+from mgrpo_jax.utils.atomic_files import atomic_write
 
 
 def page_due(config, step: int) -> bool:

@@ -14,7 +14,7 @@ Step t:
      arrival-order grouping of no_alignment (`step_math`);
   5. update S (not in frozen_sub), checkpoint S (params, optimizer, step, PRNG,
      steps_done), put ack_sub(t) with S's weight version (updates done), THEN publish
-     version t + 1 to the service, delete the step's cache.
+     version t + 1 to the service, retire the step's cache (`step_cache.py`).
 
 frozen_sub: S is never updated (its weights stay bit-identical); the service still
 advances its version each step and the slice still acks; its progress after a restart
@@ -50,7 +50,6 @@ from mgrpo_jax.store.schema import MainOutcomes, ack_key, outcomes_key
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.batching import TrainBatch
 from mgrpo_jax.training.data import world_rendering
-from mgrpo_jax.training.files import atomic_write
 
 
 def _acked_steps(store, run_id: str, num_steps: int) -> int:
@@ -107,7 +106,7 @@ def run_sub_slice(config, workdir: str) -> None:
                        else initial_params)
       if not rt.is_writer:
         continue
-      rt.drop_cache(step)
+      rt.retire_cache(step)
       throughput = {} if metrics is None else {
           "update": metrics["num_tokens"] / max(timer.seconds["update"], 1e-9)}
       rt.report(step, scalars, timer, throughput, {
@@ -164,7 +163,7 @@ def _serve(rt: SliceRuntime, policy, versions: WeightVersions, start: int):
                        int(config.mgrpo.max_sub_calls)))
   server = service.server(host=str(config.serving.host), port=int(config.serving.port),
                           token=service_token(str(config.serving.token_env))).start()
-  atomic_write(rt.paths.service_address(), encode_address(server.address))
+  rt.files.write(rt.paths.service_address_name(), encode_address(server.address))
   host, port = server.address
   log(f"sub slice: mode={rt.mode.name} serving S on {host}:{port}, "
       f"{describe_steps(start, settings.num_steps)}")

@@ -16,7 +16,7 @@ import http.client
 import os
 import re
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import requests
 import urllib3
@@ -88,26 +88,43 @@ def default_client() -> storage.Client:
   return storage.Client(project=project, credentials=credentials)
 
 
-class GCSStore:
-  """Write-once records as GCS objects named `<prefix>/<key>` in one bucket."""
+class GCSLocation:
+  """A bucket and an object prefix in it, with the client and the retry policy of the
+  calls made there (the base of `GCSStore` and `store.gcs_folder.GCSFolder`)."""
 
   def __init__(self, bucket: str, prefix: str = "", *, client: storage.Client | None = None,
                retry_policy: RetryPolicy | None = None):
     self._uri = f"gs://{bucket}/{prefix}" if prefix else f"gs://{bucket}"
     parse_gcs_uri(self._uri)
+    self._bucket_name = bucket
     self._object_prefix = f"{prefix}/" if prefix else ""
     self._client = client or default_client()
     self._bucket = self._client.bucket(bucket)
     self._policy = retry_policy or RetryPolicy()
 
   @classmethod
-  def from_uri(cls, uri: str, **kwargs: Any) -> GCSStore:
+  def from_uri(cls, uri: str, **kwargs: Any) -> Self:
     bucket, prefix = parse_gcs_uri(uri)
     return cls(bucket, prefix, **kwargs)
 
   @property
   def uri(self) -> str:
     return self._uri
+
+  def _call(self, operation: str, name: str, attempt: Callable[[float], T]) -> T:
+    """Runs `attempt(timeout)`, retrying transient errors (`is_transient`) until the
+    policy's deadline; another GCS error becomes a `StoreError` naming `name`."""
+    described = f"GCS {operation} of {name!r} in {self.uri}"
+    try:
+      return call_with_retry(attempt, policy=self._policy, is_transient=is_transient,
+                             operation=described)
+    except gexc.GoogleAPICallError as e:
+      hint = " (does the bucket exist?)" if e.code == 404 else ""
+      raise StoreError(f"{described} failed: {e.code} {e.message}{hint}") from e
+
+
+class GCSStore(GCSLocation):
+  """Write-once records as GCS objects named `<prefix>/<key>` in one bucket."""
 
   def put(self, key: str, data: bytes) -> None:
     key = keys_lib.validate_key(key)
@@ -153,19 +170,11 @@ class GCSStore:
     return self._bucket.blob(self._object_prefix + key)
 
   def _download(self, key: str) -> bytes:
-    return self._call(
-        "get", key,
-        lambda timeout: self._blob(key).download_as_bytes(retry=None, timeout=timeout))
 
-  def _call(self, operation: str, key: str, attempt: Callable[[float], T]) -> T:
-    """Runs `attempt` with retries; maps GCS errors to store errors naming the key."""
-    described = f"GCS {operation} of {key!r} in {self.uri}"
-    try:
-      return call_with_retry(attempt, policy=self._policy, is_transient=is_transient,
-                             operation=described)
-    except gexc.NotFound as e:
-      if operation == "get":
+    def attempt(timeout: float) -> bytes:
+      try:
+        return self._blob(key).download_as_bytes(retry=None, timeout=timeout)
+      except gexc.NotFound:
         raise StoreNotFoundError(key, self.uri) from None
-      raise StoreError(f"{described} failed: 404 {e.message} (does the bucket exist?)") from e
-    except gexc.GoogleAPICallError as e:
-      raise StoreError(f"{described} failed: {e.code} {e.message}") from e
+
+    return self._call("get", key, attempt)

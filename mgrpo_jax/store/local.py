@@ -23,16 +23,9 @@ from mgrpo_jax.store.errors import (
     StoreError,
     StoreNotFoundError,
 )
+from mgrpo_jax.utils.atomic_files import fsync_folder
 
 _TEMP_PREFIX = ".tmp-"
-
-
-def _fsync_dir(path: Path) -> None:
-  fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-  try:
-    os.fsync(fd)
-  finally:
-    os.close(fd)
 
 
 class LocalStore:
@@ -74,7 +67,7 @@ class LocalStore:
             f"store key {key!r}: cannot hard-link {temp_name} to {path} ({e.strerror or e}); "
             "the local store needs a file system with hard links (or use a gs:// store)"
         ) from e
-      _fsync_dir(path.parent)
+      fsync_folder(path.parent)
     finally:
       os.unlink(temp_name)
 
@@ -140,4 +133,4 @@ class LocalStore:
               f"store key {key!r} in {self.uri}: a leading part of it is a record, so it "
               "cannot be a folder") from None
         raise
-      _fsync_dir(path.parent)
+      fsync_folder(path.parent)

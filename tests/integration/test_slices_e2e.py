@@ -18,8 +18,6 @@ import random
 import signal
 import time
 
-import numpy as np
-import orbax.checkpoint as ocp
 import pytest
 
 from mgrpo_jax.metrics.writer import read_metrics
@@ -34,29 +32,6 @@ RUN_ID = "local_demo"
 def launch(workdir, fault=None):
   return trainer_harness.launch(workdir, f"--config.experiment.num_steps={NUM_STEPS}",
                                 fault=fault)
-
-
-def checkpoint_arrays(workdir, role):
-  """{path: array} of the latest checkpoint's train state of one agent."""
-  directory = pathlib.Path(workdir) / "checkpoints" / role
-  with ocp.CheckpointManager(directory) as manager:
-    step = manager.latest_step()
-    state = manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore())).state
-  flat = {}
-
-  def visit(prefix, node):
-    if isinstance(node, dict):
-      for key, value in node.items():
-        visit(f"{prefix}/{key}", value)
-    elif isinstance(node, list | tuple):
-      for i, value in enumerate(node):
-        visit(f"{prefix}/{i}", value)
-    elif node is not None:
-      flat[prefix] = np.asarray(node)
-
-  visit("", state)
-  return step, flat
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +57,7 @@ def test_two_slices_complete_every_step(reference):
       assert ack.weight_version == step + 1
   assert delegations > 0
   for role in ("main", "sub"):
-    step, arrays = checkpoint_arrays(workdir, role)
+    step, arrays = trainer_harness.checkpoint_arrays(workdir, role)
     assert step == NUM_STEPS and int(arrays["/step"]) == NUM_STEPS
   main = read_metrics(workdir / "logs" / "main" / "metrics.jsonl")
   sub = read_metrics(workdir / "logs" / "sub" / "metrics.jsonl")
@@ -107,8 +82,11 @@ def test_two_slices_complete_every_step(reference):
   assert page.count('data-call="') == page.count("R_S ") == calls
   assert page.count("A_S ") + page.count("dropped (") == calls
   assert not (workdir / "report" / "trajectories_step1.html").exists()
-  assert not list((workdir / "main" / "cache").glob("step_*"))
-  assert not list((workdir / "sub" / "cache").glob("step_*"))
+  # The caches of the steps after the oldest of the 3 kept checkpoints (steps_done 1..3).
+  assert sorted(p.name for p in (workdir / "main" / "cache").glob("step_*")) == [
+      "step_00000001.json", "step_00000002.json"]
+  assert {p.name for p in (workdir / "sub" / "cache").glob("step_*")} <= {
+      "step_00000001", "step_00000002"}
   # The run's persistent compilation cache holds the slices' compiled programs.
   assert any(p.name.startswith("jit_") for p in (workdir / "jax_cache").iterdir())
 
@@ -123,12 +101,7 @@ def test_resume_after_sigkill_equals_uninterrupted_run(reference, tmp_path):
   assert store.exists(outcomes_key(RUN_ID, 1)) and not store.exists(ack_key(RUN_ID, 2, "main"))
   result = launch(workdir)
   assert result.returncode == 0, result.stdout[-4000:]
-  for role in ("main", "sub"):
-    ref_step, ref = checkpoint_arrays(reference[0], role)
-    step, got = checkpoint_arrays(workdir, role)
-    assert step == ref_step and sorted(got) == sorted(ref)
-    for name in ref:
-      np.testing.assert_array_equal(got[name], ref[name], err_msg=f"{role} {name}")
+  trainer_harness.assert_same_final_checkpoints(reference[0], workdir)
   for step in range(NUM_STEPS):
     assert store.get(outcomes_key(RUN_ID, step)) == open_store(
         str(reference[0] / "store")).get(outcomes_key(RUN_ID, step))
@@ -159,12 +132,7 @@ def test_resume_after_sigkill_at_random_times_equals_uninterrupted_run(reference
   result = launch(workdir)
   assert result.returncode == 0, result.stdout[-4000:]
   assert any(status != 0 for status in statuses), "no kill landed before the run finished"
-  for role in ("main", "sub"):
-    _, ref = checkpoint_arrays(reference[0], role)
-    _, got = checkpoint_arrays(workdir, role)
-    assert sorted(got) == sorted(ref)
-    for name in ref:
-      np.testing.assert_array_equal(got[name], ref[name], err_msg=f"{role} {name}")
+  trainer_harness.assert_same_final_checkpoints(reference[0], workdir)
 
 
 def test_the_evaluation_runs_in_its_own_child_process(reference):

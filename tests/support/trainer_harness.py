@@ -1,4 +1,5 @@
-"""Runs `launch/tpu_run.py` for trainer tests: plumbing_config.py, small B/K/D, policy mix."""
+"""Runs `launch/tpu_run.py` for trainer tests (plumbing_config.py, small B/K/D, policy mix)
+and reads the runs' final checkpoints."""
 
 from __future__ import annotations
 
@@ -6,6 +7,9 @@ import os
 import pathlib
 import subprocess
 import sys
+
+import numpy as np
+import orbax.checkpoint as ocp
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 MIX_GIN = """import mgrpo_jax.training.agent_setup
@@ -20,9 +24,10 @@ OVERRIDES = [
 ]
 
 
-def command(workdir, *extra, slice_name="all", fault=None):
-  """(argv, env) of one tpu_run.py call with the policy mix bound through gin."""
-  gin_path = pathlib.Path(workdir).parent / "mix.gin"
+def command(workdir, *extra, slice_name="all", fault=None, gin_dir=None):
+  """(argv, env) of one tpu_run.py call with the policy mix bound through gin (in
+  `gin_dir`, default the workdir's parent; a `gs://` workdir needs one)."""
+  gin_path = pathlib.Path(gin_dir or pathlib.Path(workdir).parent) / "mix.gin"
   gin_path.write_text(MIX_GIN)
   env = dict(os.environ, PYTHONPATH=str(ROOT))
   env.pop("MGRPO_FAULT", None)
@@ -35,10 +40,11 @@ def command(workdir, *extra, slice_name="all", fault=None):
   return argv, env
 
 
-def launch(workdir, *extra, slice_name="all", fault=None, timeout=240):
-  """Runs tpu_run.py to its end; returns the CompletedProcess (output in .stdout)."""
-  argv, env = command(workdir, *extra, slice_name=slice_name, fault=fault)
-  return subprocess.run(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE,
+def launch(workdir, *extra, slice_name="all", fault=None, timeout=240, cwd=ROOT, gin_dir=None):
+  """Runs tpu_run.py to its end in `cwd` (where a `gs://` run keeps its local folder
+  `runs_local/`); returns the CompletedProcess (output in .stdout)."""
+  argv, env = command(workdir, *extra, slice_name=slice_name, fault=fault, gin_dir=gin_dir)
+  return subprocess.run(argv, env=env, cwd=cwd, stdout=subprocess.PIPE,
                         stderr=subprocess.STDOUT, text=True, timeout=timeout)
 
 
@@ -47,3 +53,39 @@ def start(workdir, *extra, slice_name, fault=None):
   argv, env = command(workdir, *extra, slice_name=slice_name, fault=fault)
   return subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True)
+
+
+def checkpoint_arrays(workdir, role):
+  """(step, {path: array}) of the latest checkpoint's train state of one agent of the run
+  in `workdir` (a folder or `gs://`)."""
+  directory = f"{workdir}/checkpoints/{role}"
+  if "://" not in directory:
+    directory = pathlib.Path(directory)
+  with ocp.CheckpointManager(directory) as manager:
+    step = manager.latest_step()
+    state = manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore())).state
+  flat = {}
+
+  def visit(prefix, node):
+    if isinstance(node, dict):
+      for key, value in node.items():
+        visit(f"{prefix}/{key}", value)
+    elif isinstance(node, list | tuple):
+      for i, value in enumerate(node):
+        visit(f"{prefix}/{i}", value)
+    elif node is not None:
+      flat[prefix] = np.asarray(node)
+
+  visit("", state)
+  return step, flat
+
+
+def assert_same_final_checkpoints(reference_workdir, workdir, roles=("main", "sub")):
+  """The runs' latest checkpoints hold the same step and bitwise equal arrays."""
+  for role in roles:
+    ref_step, ref = checkpoint_arrays(reference_workdir, role)
+    step, got = checkpoint_arrays(workdir, role)
+    assert step == ref_step and sorted(got) == sorted(ref), (role, step, ref_step)
+    for name in ref:
+      np.testing.assert_array_equal(got[name], ref[name], err_msg=f"{role} {name}")

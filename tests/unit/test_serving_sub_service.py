@@ -61,7 +61,7 @@ def _service(env, persisted, gate=None, keep=1):
   versions = WeightVersions(keep=keep)
   service = SubAgentService(
       policy, nnx.graphdef(model), tokenizer, registry, CONFIG, versions,
-      lambda step, record, arrival: persisted.append((step, record, arrival)),
+      lambda step, calls: persisted.extend((step, r, a) for r, a in calls),
       spec=SUB_SPEC, rollout_policy=OraclePolicy(OracleSubAgent(), tokenizer,
                                                  version=0), gate=gate)
   return service, versions, policy, nnx.state(model, nnx.Param)

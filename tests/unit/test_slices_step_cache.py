@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 
 from mgrpo_jax.agents.records import END_RESULT, MainRecord, SubRecord, ToolCall, Trajectory
-from mgrpo_jax.serving.address import encode_address, read_address, service_token
+from mgrpo_jax.serving.address import decode_address, encode_address, service_token
 from mgrpo_jax.serving.sub_service import WeightVersions
 from mgrpo_jax.slices.step_cache import MainStepCache, SubStepCache
-from mgrpo_jax.training.files import atomic_write
+from mgrpo_jax.store.folder import LocalFolder
+from mgrpo_jax.utils.atomic_files import atomic_write
 
 
 def _trajectory(seed: int) -> Trajectory:
@@ -38,7 +39,7 @@ def _same_trajectory(a: Trajectory, b: Trajectory) -> None:
 
 
 def test_main_cache_round_trip_is_exact(tmp_path):
-  cache = MainStepCache(tmp_path)
+  cache = MainStepCache(LocalFolder(tmp_path))
   main = [MainRecord("q", k, "main", _trajectory(k), 2, correct=float(k)) for k in range(2)]
   sub = [SubRecord("q", 0, 1, "task", "ctx", "rep", _trajectory(7))]
   assert cache.load(4) is None
@@ -52,8 +53,24 @@ def test_main_cache_round_trip_is_exact(tmp_path):
   cache.write(5, ["q"], main, [])
   cache.delete_before(5)
   assert cache.load(4) is None and cache.load(5) is not None
-  cache.delete(5)
-  assert cache.load(5) is None
+  cache.retire(5)  # one kept checkpoint (steps_done = 6): step 5 is not redone
+  assert cache.load(5) is None and not list(tmp_path.iterdir())
+
+
+def test_caches_keep_the_steps_a_kept_checkpoint_may_redo(tmp_path):
+  main = MainStepCache(LocalFolder(tmp_path / "main"), checkpoints_kept=3)
+  sub = SubStepCache(LocalFolder(tmp_path / "sub"), checkpoints_kept=3)
+  record = SubRecord("q", 0, 0, "t", "", "r", _trajectory(1))
+  for step in range(5):
+    main.write(step, ["q"], [], [])
+    sub.put(step, [(record, (0, 0))])
+    main.retire(step)
+    sub.retire(step)
+  # checkpoints steps_done = 3, 4, 5 are kept: a fallback to 3 redoes steps 3 and 4
+  assert [s for s in range(5) if main.load(s) is not None] == [3, 4]
+  assert [s for s in range(5) if sub.load(s)] == [3, 4]
+  assert sorted(p.name for p in (tmp_path / "sub").iterdir()) == ["step_00000003",
+                                                                   "step_00000004"]
 
 
 def test_atomic_write_leaves_old_content_on_failure(tmp_path):
@@ -68,14 +85,13 @@ def test_atomic_write_leaves_old_content_on_failure(tmp_path):
 
 
 def test_sub_cache_orders_by_arrival_and_rewrites_idempotently(tmp_path):
-  cache = SubStepCache(tmp_path)
+  cache = SubStepCache(LocalFolder(tmp_path))
   records = [SubRecord("q/1", k, i, "t", "", "r", _trajectory(10 * k + i))
              for k in range(2) for i in range(2)]
   arrivals = [(1, 0), (0, 1), (1, 1), (0, 0)]
-  for record, arrival in zip(records, arrivals, strict=True):
-    cache.put(3, record, arrival)
-  cache.put(3, records[0], (1, 0))  # the same call served again
-  (cache.step_dir(3) / ".x.json.tmp").write_bytes(b"{")  # an interrupted write is ignored
+  cache.put(3, list(zip(records, arrivals, strict=True)))
+  cache.put(3, [(records[0], (1, 0))])  # the same call served again
+  (tmp_path / "step_00000003" / ".x.json.tmp").write_bytes(b"{")  # an interrupted write is ignored
   loaded = cache.load(3)
   assert [a for a, _ in loaded] == sorted(arrivals)
   assert [r.key for _, r in loaded] == [records[i].key for i in (3, 1, 0, 2)]
@@ -85,13 +101,12 @@ def test_sub_cache_orders_by_arrival_and_rewrites_idempotently(tmp_path):
 
 
 def test_address_file_and_token(tmp_path, monkeypatch):
-  path = tmp_path / "service.json"
-  assert read_address(path) is None
-  atomic_write(path, encode_address(("127.0.0.1", 4321)))
-  assert read_address(path) == ("127.0.0.1", 4321)
-  path.write_text('{"host": "h"}')
-  with pytest.raises(ValueError, match="host and port"):
-    read_address(path)
+  assert decode_address(None, "service.json") is None
+  assert decode_address(encode_address(("127.0.0.1", 4321)), "f") == ("127.0.0.1", 4321)
+  with pytest.raises(ValueError, match="service.json: needs fields host and port"):
+    decode_address(b'{"host": "h"}', "service.json")
+  with pytest.raises(ValueError, match="service.json: not a service address file"):
+    decode_address(b'{"host', "service.json")
   assert service_token("") is None
   monkeypatch.delenv("MGRPO_TEST_TOKEN", raising=False)
   with pytest.raises(ValueError, match="MGRPO_TEST_TOKEN"):
@@ -117,10 +132,10 @@ def test_weight_versions_gate_and_evict():
 
 @pytest.mark.parametrize("query_id", [".hidden", "..", "a/.b", "%2E", "q 1"])
 def test_sub_cache_keeps_query_ids_that_look_like_temporary_files(tmp_path, query_id):
-  cache = SubStepCache(tmp_path)
+  cache = SubStepCache(LocalFolder(tmp_path))
   record = SubRecord(query_id, 1, 0, "t", "", "r", _trajectory(5))
-  cache.put(2, record, (0, 0))
-  names = [p.name for p in cache.step_dir(2).iterdir()]
+  cache.put(2, [(record, (0, 0))])
+  names = [p.name for p in (tmp_path / "step_00000002").iterdir()]
   assert len(names) == 1 and not names[0].startswith(".")
   loaded = cache.load(2)
   assert [r.key for _, r in loaded] == [(query_id, 1, 0)]
