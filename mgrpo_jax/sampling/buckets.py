@@ -27,3 +27,19 @@ def pick_bucket(n: int, buckets: Sequence[int], what: str) -> int:
       return b
   raise ValueError(f"{what} {n} exceeds the largest bucket {max(buckets)}; "
                    f"add a bucket (buckets: {sorted(buckets)})")
+
+
+
+def decode_windows(gen_len: int, buckets: Sequence[int], count: int) -> tuple[int, ...]:
+  """The decode loop's cache windows: the `count - 1` largest buckets below `gen_len`,
+  then `gen_len`.
+
+  Decode step t (t < gen_len) runs on a cache of P + w slots, w the first window > t;
+  with powers-of-two buckets a step past the first window attends over at most twice
+  the filled slots. A program holds one decode loop per window, so `count` bounds what
+  the windows add to compile time.
+  """
+  if count < 1:
+    raise ValueError(f"need at least one decode window, got {count}")
+  below = sorted(b for b in set(buckets) if b < gen_len)
+  return tuple(below[len(below) - min(count - 1, len(below)):]) + (gen_len,)

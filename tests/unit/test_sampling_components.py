@@ -20,6 +20,7 @@ from mgrpo_jax.sampling import (
     powers_of_two,
     stop_hits,
 )
+from mgrpo_jax.sampling.buckets import decode_windows
 from mgrpo_jax.sampling.filters import choose_tokens
 
 
@@ -80,6 +81,11 @@ def test_buckets():
   assert pick_bucket(16, (32, 16), "prompt length") == 16
   with pytest.raises(ValueError, match="batch size 9 exceeds the largest bucket 8"):
     pick_bucket(9, (1, 8), "batch size")
+  assert decode_windows(128, powers_of_two(16, 4096), 3) == (32, 64, 128)
+  assert decode_windows(128, powers_of_two(16, 4096), 9) == (16, 32, 64, 128)
+  assert decode_windows(100, (64, 16, 128), 3) == (16, 64, 100)
+  assert decode_windows(100, (64, 16, 128), 1) == (100,)
+  assert decode_windows(16, (16, 32), 3) == (16,)
 
 
 def test_scanned_model_samples_the_same_tokens():
