@@ -29,7 +29,6 @@ def pick_bucket(n: int, buckets: Sequence[int], what: str) -> int:
                    f"add a bucket (buckets: {sorted(buckets)})")
 
 
-
 def decode_windows(gen_len: int, buckets: Sequence[int], count: int) -> tuple[int, ...]:
   """The decode loop's cache windows: the `count - 1` largest buckets below `gen_len`,
   then `gen_len`.
