@@ -26,6 +26,7 @@ from flax import nnx
 
 from mgrpo_jax.models.config import ModelConfig, RopeScaling
 
+
 def logical_param(rngs: nnx.Rngs, init: Any, shape: Sequence[int], dtype: Any,
            axes: tuple[str | None, ...]) -> nnx.Param:
   return nnx.Param(init(rngs.params(), tuple(shape), dtype), out_sharding=axes,

@@ -14,6 +14,7 @@ from flax import nnx
 from mgrpo_jax.models import get_config, init_cache, init_model, layers
 from mgrpo_jax.models.kv_cache import cache_positions_and_mask
 
+
 def einsum_attention(q, k, v, mask, implementation):
   """The explicit formulation: q [B, T, N, H], k/v [B, S, K, H], mask [B, T, S]."""
   del implementation
@@ -57,11 +58,12 @@ def test_model_prefill_and_decode_equal_the_einsum_attention(smeared, monkeypatc
   prompt = rng.integers(0, 256, (3, 6)).astype(np.int32)
   steps = rng.integers(0, 256, (4, 3, 1)).astype(np.int32)
 
-  def run():
+  def run():  # a fresh jit per run: it traces whichever attention is installed
+    step = nnx.jit(lambda m, x, c: m.forward_cached(x, c))
     cache = _left_padded_cache([3, 6, 1], 6, 10)
     outs = []
     for ids in [prompt, *steps]:
-      logits, cache = nnx.jit(lambda m, x, c: m.forward_cached(x, c))(model, ids, cache)
+      logits, cache = step(model, ids, cache)
       outs.append(np.asarray(logits))
     return np.concatenate(outs, axis=1)
 
