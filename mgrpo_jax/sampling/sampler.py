@@ -4,10 +4,9 @@
 P, pads the batch to a batch bucket, and runs one jitted function: a prefill of the P
 prompt slots (logits of the last slot only), then decode steps that each sample a token
 per row, record it and its log-probability, update the stop state, and feed it back
-through the cache. The decode runs as one `lax.while_loop` per cache window: steps
-[0, g_1) on a cache of P + g_1 slots, steps [g_1, g_2) on P + g_2 slots, ..., up to G,
-with g_i the largest generation buckets below G (`decode_windows`), so most steps
-attend over at most twice the slots filled so far instead of all P + G; the cache grows
+through the cache. The decode runs as one `lax.while_loop` per cache window (by default
+steps [0, G/4) on a cache of P + G/4 slots, [G/4, G/2) on P + G/2, [G/2, G) on P + G;
+`decode_windows`), so a step no longer attends over all P + G slots; the cache grows
 (zero slots appended) between windows. Decoding stops as soon as every row has finished or `max_new_tokens`
 steps ran. Shapes depend only on (batch bucket, P, generation bucket G, whether
 top-k/top-p filtering is on), so a run compiles at most
@@ -53,8 +52,9 @@ _RUNNING, _EOS, _STOP, _LENGTH = range(4)
 class SamplerConfig:
   """Static choices of a sampler: shape buckets, decode windows and stop-array sizes.
 
-  `decode_windows`: cache windows of the decode loop at most (`buckets.decode_windows`):
-  more windows attend over fewer empty cache slots, each adds a decode loop to compile.
+  `decode_windows`: cache windows of the decode loop (`buckets.decode_windows`; 1: one
+  loop over the whole cache): more windows attend over fewer empty cache slots, and each
+  adds a decode loop to the program's compile time.
   """
 
   prompt_buckets: tuple[int, ...] = powers_of_two(16, 4096)
@@ -185,7 +185,7 @@ class Sampler:
         stop_on_eos=np.bool_(params.stop_on_eos),
         sampling_logprobs=np.bool_(params.logprobs == "sampling"))
     self._programs.add((batch, prompt_len, gen_len, filtering))
-    windows = decode_windows(gen_len, c.generation_buckets, c.decode_windows)
+    windows = decode_windows(gen_len, c.decode_windows)
     out_tokens, out_lp, lengths, reasons = _generate(
         nnx.state(self.model), tokens, start, active, key, stop_ids, stop_lens, eos,
         graphdef=self._graphdef, windows=windows, filtering=filtering, pad_id=self.pad_id,

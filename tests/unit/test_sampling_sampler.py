@@ -120,20 +120,19 @@ def test_stop_sequence_ends_the_row_with_reason_stop(sampler):
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_cache_windows_sample_what_the_whole_cache_samples(model, temperature):
-  """Decode over growing cache windows (generation buckets 8, 16, 32: the loop's cache
-  grows after steps 8 and 16) gives the tokens of a decode over all P + 32 slots (one
-  bucket, one window), greedy and sampled with a fixed key; left-padded prompts of 1-10
-  ids, a row that ends early on EOS included."""
+  """Decode over growing cache windows (G = 32: the loop's cache grows after steps 8 and
+  16) gives the tokens of one decode loop over all P + 32 slots, greedy and sampled with
+  a fixed key; left-padded prompts of 1-10 ids, a row that ends early on EOS included."""
   prompts = PROMPTS + [[1, 2, 3, 4, 5, 6]]
   params = SamplingParams(max_new_tokens=30, temperature=temperature)
 
-  def sample(generation_buckets):
-    config = SamplerConfig(prompt_buckets=(16,), generation_buckets=generation_buckets,
-                           batch_buckets=(4,), decode_windows=3)
+  def sample(windows):
+    config = SamplerConfig(prompt_buckets=(16,), generation_buckets=(32,), batch_buckets=(4,),
+                           decode_windows=windows)
     return Sampler(model, eos_ids=[3], pad_id=0, config=config).generate(
         prompts, params, jax.random.key(7))
 
-  windowed, whole = sample((8, 16, 32)), sample((32,))
+  windowed, whole = sample(3), sample(1)
   np.testing.assert_array_equal(windowed.tokens, whole.tokens)
   np.testing.assert_array_equal(windowed.lengths, whole.lengths)
   np.testing.assert_allclose(windowed.logprobs, whole.logprobs, atol=1e-5, rtol=0)
