@@ -19,6 +19,8 @@ from mgrpo_jax.core.losses import AGGREGATIONS
 MODEL_PRESETS = ("tiny", "small", "smollm2_135m", "qwen2_5_0_5b", "qwen2_5_7b", "llama3_2_1b")
 # Presets loaded with pretrained weights (the others start from a seeded init).
 PRETRAINED_PRESETS = ("smollm2_135m",)
+# The attention kernels a model may use (`mgrpo_jax.models.config.ATTENTION_IMPLEMENTATIONS`).
+ATTENTION_IMPLEMENTATIONS = ("auto", "xla", "cudnn")
 
 
 class _Names(Protocol):
@@ -81,6 +83,10 @@ def _agent_spec(role: str, preset: str) -> dict[str, Any]:
                                  allow_empty=False),
           "dtype": Field("float32", "Activation dtype.", choices=("float32", "bfloat16")),
           "scan_layers": Field(False, "Scan over layers (faster compiles for deep models)."),
+          "attention": Field("auto", "Attention kernel of jax.nn.dot_product_attention: auto "
+                             "(cuDNN flash attention on a GPU where its dtype and shape rules "
+                             "allow, XLA elsewhere; TPUs use XLA), xla, or cudnn (GPU, "
+                             "bfloat16 only).", choices=ATTENTION_IMPLEMENTATIONS),
           "smeared_keys": Field(False, "Keys mix in the previous token's key (Olsson et al. "
                                 "2022): small models trained from scratch learn to copy "
                                 "names and numbers from their context within a few hundred "

@@ -175,6 +175,9 @@ def _check_agent(role: str, agent: Mapping[str, Any], num_steps: int, rows: int)
     _fail(f"{role}.optim.micro_batch_size", f"must divide the {role} agent's batch rows "
           f"{rows} (queries_per_step x rollouts_per_query"
           f"{' x aligned_sub_calls' if role == 'sub' else ''}), got {micro}")
+  if agent["model"]["attention"] == "cudnn" and agent["model"]["dtype"] != "bfloat16":
+    _fail(f"{role}.model.attention", f"'cudnn' needs {role}.model.dtype='bfloat16' (cuDNN "
+          f"flash attention has no float32 kernel), got {agent['model']['dtype']!r}")
   preset = str(agent["model"]["preset"])
   has_weights = preset in PRETRAINED_PRESETS or pathlib.Path(preset).exists()
   # An unknown name is left to the model builder, whose error names the presets.

@@ -18,6 +18,9 @@ from typing import Any
 
 import jax.numpy as jnp
 
+# Values of `ModelConfig.attention` (the implementation of `jax.nn.dot_product_attention`).
+ATTENTION_IMPLEMENTATIONS = ("auto", "xla", "cudnn")
+
 # Logical axis names carried by the parameters (see `sharding.py`).
 LogicalRules = tuple[tuple[str, str | tuple[str, ...] | None], ...]
 
@@ -68,6 +71,10 @@ class ModelConfig:
       copy what followed it), which small models trained from scratch otherwise take
       thousands of steps to form. Off for pretrained checkpoints (they have no such
       parameter).
+    attention: the attention kernel, one of `ATTENTION_IMPLEMENTATIONS`: "xla" (any
+      platform), "cudnn" (cuDNN flash attention; CUDA GPUs, 16-bit dtypes), or "auto"
+      (cuDNN on a GPU where its shape and dtype rules allow, XLA elsewhere, TPU included;
+      see `layers.attention_implementation`). Numerics are the same up to rounding.
     dtype: activation / matmul dtype.
     param_dtype: storage dtype of the parameters.
     sharding_rules: logical axis name -> mesh axis (or None: replicated).
@@ -88,6 +95,7 @@ class ModelConfig:
   rope_scaling: RopeScaling | None = None
   scan_layers: bool = False
   smeared_keys: bool = False
+  attention: str = "auto"
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
   sharding_rules: LogicalRules = DEFAULT_RULES
@@ -100,6 +108,9 @@ class ModelConfig:
     if self.num_heads % self.num_kv_heads:
       raise ValueError(f"ModelConfig.num_heads ({self.num_heads}) must be a multiple of "
                        f"num_kv_heads ({self.num_kv_heads})")
+    if self.attention not in ATTENTION_IMPLEMENTATIONS:
+      raise ValueError(f"ModelConfig.attention must be one of {ATTENTION_IMPLEMENTATIONS}, "
+                       f"got {self.attention!r}")
     if self.head_dim % 2:
       raise ValueError(f"ModelConfig.head_dim must be even for RoPE, got {self.head_dim}")
 

@@ -54,6 +54,21 @@ def init_cache(config: ModelConfig, batch_size: int, capacity: int,
                  index=jnp.zeros((), jnp.int32), start=jnp.asarray(start, jnp.int32))
 
 
+def extend_cache(cache: KVCache, capacity: int) -> KVCache:
+  """`cache` with empty slots appended up to `capacity` slots (k, v [L, B, capacity, K, H]).
+
+  Attention never reads a slot at or past `index`, so a decode on the extended cache
+  computes what it would on a cache preallocated at `capacity` from the start.
+  """
+  grow = capacity - cache.capacity
+  if grow < 0:
+    raise ValueError(f"cannot shrink a cache of {cache.capacity} slots to {capacity}")
+  if grow == 0:
+    return cache
+  pad = ((0, 0), (0, 0), (0, grow), (0, 0), (0, 0))
+  return dataclasses.replace(cache, k=jnp.pad(cache.k, pad), v=jnp.pad(cache.v, pad))
+
+
 def cache_positions_and_mask(cache: KVCache, num_new: int) -> tuple[jax.Array, jax.Array]:
   """RoPE positions [B, T] and attention mask bool [B, T, S] for `num_new` new slots."""
   slots = cache.index + jnp.arange(num_new, dtype=jnp.int32)

@@ -8,6 +8,10 @@ RoPE follows the Hugging Face "rotate_half" convention: the head vector is split
 into halves (x1, x2) and rotated as (x1 cos - x2 sin, x2 cos + x1 sin). llama.cpp's
 GGUF files store q/k rows permuted for the interleaved-pair convention; the GGUF
 loader un-permutes them so that this one convention serves every weight source.
+
+Attention is `jax.nn.dot_product_attention`; `ModelConfig.attention` picks its
+implementation: cuDNN flash attention on a CUDA GPU, XLA elsewhere. On a TPU it runs
+through XLA today (Pallas splash attention is not wired in).
 """
 
 from __future__ import annotations
@@ -21,10 +25,6 @@ import numpy as np
 from flax import nnx
 
 from mgrpo_jax.models.config import ModelConfig, RopeScaling
-
-# Added to masked attention scores; finite so that a query with no valid key
-# (a left-padding slot) gives a uniform distribution rather than NaN.
-_MASK_VALUE = -1e30
 
 
 def logical_param(rngs: nnx.Rngs, init: Any, shape: Sequence[int], dtype: Any,
@@ -100,25 +100,40 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
   return jnp.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=-1).astype(x.dtype)
 
 
-def grouped_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
-  """Grouped-query attention.
+def attention_implementation(choice: str, dtype: Any, head_dim: int, query_len: int,
+                             key_len: int) -> str:
+  """The `jax.nn.dot_product_attention` implementation that `choice` selects.
+
+  "auto" takes cuDNN flash attention on a CUDA GPU when it applies: 16-bit activations,
+  head_dim a multiple of 8 and at most 128, and query and key lengths even and longer
+  than one (a decode step, T = 1, stays on XLA); XLA everywhere else (CPU, TPU).
+  """
+  if choice != "auto":
+    return choice
+  cudnn_ok = (jax.default_backend() == "gpu" and jnp.dtype(dtype).itemsize == 2
+              and head_dim % 8 == 0 and head_dim <= 128 and query_len > 1
+              and query_len % 2 == 0 and key_len % 2 == 0)
+  return "cudnn" if cudnn_ok else "xla"
+
+
+def grouped_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
+                      implementation: str) -> jax.Array:
+  """Grouped-query attention through `jax.nn.dot_product_attention`.
 
   Args:
     q: [B, T, N, H] queries (RoPE applied).
     k: [B, S, K, H] keys (RoPE applied).
     v: [B, S, K, H] values.
-    mask: bool [B, T, S], True where query t may attend to key s.
+    mask: bool [B, T, S], True where query t may attend to key s. A query with no
+      valid key (a left-padding slot) gets a uniform distribution, not NaN.
+    implementation: "auto", "xla" or "cudnn" (`attention_implementation`).
 
   Returns:
     [B, T, N * H], softmax computed in float32.
   """
   b, t, n, h = q.shape
-  kv_heads = k.shape[2]
-  q = q.reshape(b, t, kv_heads, n // kv_heads, h)
-  scores = jnp.einsum("btkgh,bskh->bkgts", q, k, preferred_element_type=jnp.float32)
-  scores = scores * (1.0 / np.sqrt(h)) + jnp.where(mask, 0.0, _MASK_VALUE)[:, None, None]
-  probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-  out = jnp.einsum("bkgts,bskh->btkgh", probs, v)
+  chosen = attention_implementation(implementation, q.dtype, h, t, k.shape[1])
+  out = jax.nn.dot_product_attention(q, k, v, mask=mask[:, None], implementation=chosen)
   return out.reshape(b, t, n * h)
 
 
@@ -190,6 +205,7 @@ class Attention(nnx.Module):
                                 out_sharding=(None,), eager_sharding=False)
                       if c.smeared_keys else None)
     self.rope = (c.head_dim, c.rope_theta, c.rope_scaling)
+    self.implementation = c.attention
 
   def __call__(self, x: jax.Array, cos: jax.Array, sin: jax.Array, mask: jax.Array,
                slots: KVSlots | None = None, layer: int | jax.Array = 0) -> jax.Array:
@@ -208,7 +224,8 @@ class Attention(nnx.Module):
     if self.key_smear is not None:
       k = smear_keys(k, mask[:, -1, :], self.key_smear[...],
                      rope_inverse_frequencies(*self.rope))
-    return self.o_proj(grouped_attention(q, k.astype(q.dtype), v.astype(q.dtype), mask))
+    return self.o_proj(grouped_attention(q, k.astype(q.dtype), v.astype(q.dtype), mask,
+                                         self.implementation))
 
 
 class SwiGLU(nnx.Module):

@@ -27,3 +27,16 @@ def pick_bucket(n: int, buckets: Sequence[int], what: str) -> int:
       return b
   raise ValueError(f"{what} {n} exceeds the largest bucket {max(buckets)}; "
                    f"add a bucket (buckets: {sorted(buckets)})")
+
+
+def decode_windows(gen_len: int, count: int) -> tuple[int, ...]:
+  """The decode loop's cache windows: gen_len / 2^(count - 1), ..., gen_len / 2, gen_len
+  (rounded up; duplicates dropped when gen_len is small).
+
+  Decode step t (t < gen_len) runs on a cache of P + w slots, w the first window > t, so
+  a step past the first window attends over at most twice the slots filled so far. A
+  program holds one decode loop per window: `count` bounds what they add to compile time.
+  """
+  if count < 1:
+    raise ValueError(f"need at least one decode window, got {count}")
+  return tuple(sorted({-(-gen_len // 2**i) for i in range(count)}))

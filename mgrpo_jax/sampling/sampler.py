@@ -2,11 +2,14 @@
 
 `Sampler.generate` left-pads a batch of prompts of different lengths to a prompt bucket
 P, pads the batch to a batch bucket, and runs one jitted function: a prefill of the P
-prompt slots (logits of the last slot only), then a `lax.while_loop` that samples a
-token per row, records it and its log-probability, updates the stop state, and feeds it
-back through the cache. The loop exits as soon as every row has finished or
-`max_new_tokens` steps ran. Shapes depend only on (batch bucket, P, generation bucket
-G, whether top-k/top-p filtering is on), so a run compiles at most
+prompt slots (logits of the last slot only), then decode steps that each sample a token
+per row, record it and its log-probability, update the stop state, and feed it back
+through the cache. The decode runs as one `lax.while_loop` per cache window (by default
+steps [0, G/4) on a cache of P + G/4 slots, [G/4, G/2) on P + G/2, [G/2, G) on P + G;
+`decode_windows`), so a step no longer attends over all P + G slots; the cache grows
+(zero slots appended) between windows. Decoding stops as soon as every row has finished or `max_new_tokens`
+steps ran. Shapes depend only on (batch bucket, P, generation bucket G, whether
+top-k/top-p filtering is on), so a run compiles at most
 |batch buckets| x |prompt buckets| x |generation buckets| x 2 programs; temperature,
 top-k, top-p, max_new_tokens and the stop sequences are traced values.
 
@@ -34,10 +37,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from mgrpo_jax.models.kv_cache import init_cache
+from mgrpo_jax.models.kv_cache import extend_cache, init_cache
 from mgrpo_jax.models.logprobs import logprobs_from_logits
 from mgrpo_jax.models.transformer import Transformer
-from mgrpo_jax.sampling.buckets import pick_bucket, powers_of_two
+from mgrpo_jax.sampling.buckets import decode_windows, pick_bucket, powers_of_two
 from mgrpo_jax.sampling.filters import choose_tokens
 from mgrpo_jax.sampling.stop import pack_stop_sequences, stop_hits, stop_token_sequences
 
@@ -47,11 +50,17 @@ _RUNNING, _EOS, _STOP, _LENGTH = range(4)
 
 @dataclasses.dataclass(frozen=True)
 class SamplerConfig:
-  """Static choices of a sampler: shape buckets and stop-array sizes."""
+  """Static choices of a sampler: shape buckets, decode windows and stop-array sizes.
+
+  `decode_windows`: cache windows of the decode loop (`buckets.decode_windows`; 1: one
+  loop over the whole cache): more windows attend over fewer empty cache slots, and each
+  adds a decode loop to the program's compile time.
+  """
 
   prompt_buckets: tuple[int, ...] = powers_of_two(16, 4096)
   generation_buckets: tuple[int, ...] = powers_of_two(16, 4096)
   batch_buckets: tuple[int, ...] = powers_of_two(1, 1024)
+  decode_windows: int = 3
   max_stop_sequences: int = 8
   max_stop_length: int = 16
   max_eos_ids: int = 4
@@ -176,9 +185,10 @@ class Sampler:
         stop_on_eos=np.bool_(params.stop_on_eos),
         sampling_logprobs=np.bool_(params.logprobs == "sampling"))
     self._programs.add((batch, prompt_len, gen_len, filtering))
+    windows = decode_windows(gen_len, c.decode_windows)
     out_tokens, out_lp, lengths, reasons = _generate(
         nnx.state(self.model), tokens, start, active, key, stop_ids, stop_lens, eos,
-        graphdef=self._graphdef, gen_len=gen_len, filtering=filtering, pad_id=self.pad_id,
+        graphdef=self._graphdef, windows=windows, filtering=filtering, pad_id=self.pad_id,
         **scalars)
     n, m = len(prompts), params.max_new_tokens
     return SampleOutput(
@@ -187,19 +197,21 @@ class Sampler:
         finish_reasons=[FINISH_REASONS[r] for r in np.asarray(reasons)[:n]])
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "gen_len", "filtering", "pad_id"))
+@functools.partial(jax.jit, static_argnames=("graphdef", "windows", "filtering", "pad_id"))
 def _generate(state, tokens, start, active, key, stop_ids, stop_lens, eos, *, graphdef,
-              gen_len: int, filtering: bool, pad_id: int, max_new, temperature, top_k, top_p,
-              stop_on_eos, sampling_logprobs):
-  """The jitted program: prefill, then a while_loop of decode steps.
+              windows: tuple[int, ...], filtering: bool, pad_id: int, max_new, temperature,
+              top_k, top_p, stop_on_eos, sampling_logprobs):
+  """The jitted program: prefill, then one while_loop of decode steps per cache window.
 
   Shared by all samplers of the same model graph (the compile cache is keyed on
   graphdef and shapes). tokens int32 [B, P] left-padded; start int32 [B]; active bool
-  [B] (False: batch padding); returns tokens, logprobs [B, G], lengths, reasons [B].
+  [B] (False: batch padding); windows: the step counts g_1 < ... < G at which the cache
+  grows (`decode_windows`); returns tokens, logprobs [B, G], lengths, reasons [B].
   """
   model = nnx.merge(graphdef, state)
   batch, prompt_len = tokens.shape
-  cache = init_cache(model.config, batch, prompt_len + gen_len, start)
+  gen_len = windows[-1]
+  cache = init_cache(model.config, batch, prompt_len + windows[0], start)
   logits, cache = model.forward_cached(tokens, cache, last_only=True)
   width = stop_ids.shape[1]
   init = dict(
@@ -234,6 +246,9 @@ def _generate(state, tokens, start, active, key, stop_ids, stop_lens, eos, *, gr
         lengths=jnp.where(done, s["lengths"], step + 1), done=done | newly,
         reasons=reasons, tail=tail)
 
-  final = jax.lax.while_loop(cond, body, init)
+  final = init
+  for end in windows:
+    final = dict(final, cache=extend_cache(final["cache"], prompt_len + end))
+    final = jax.lax.while_loop(lambda s, end=end: cond(s) & (s["step"] < end), body, final)
   reasons = jnp.where(active & ~final["done"], _LENGTH, final["reasons"])
   return final["tokens"], final["logprobs"], final["lengths"], reasons

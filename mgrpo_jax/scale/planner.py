@@ -18,7 +18,7 @@ dimension (rows over data*fsdp, heads and vocabulary over tensor when they divid
   activations   saved for the backward pass, as per-layer rematerialisation keeps them:
                 rows/a x T x D x L x b   (rows = micro-batch rows, T = sequence length).
   attention     every layer's float32 scores and softmax probabilities, as
-                `grouped_attention` materialises them and the backward pass keeps them
+                XLA attention materialises them and the backward pass keeps them
                 (no rematerialisation): 2 x L x rows/a x N/a x T x T x 4. Calibration:
                 SmolLM2-135M, 1 row x 4096 tokens per pass: 33.8 GiB of a planned
                 37.1 GiB train peak, against 52.2 GiB measured for the whole update on
@@ -250,7 +250,8 @@ def agent_model_config(agent: Any, role: str) -> tuple[str, ModelConfig]:
   """(name, ModelConfig) of an agent section: a preset, a HF folder or a GGUF file."""
   preset = str(agent["model"]["preset"])
   overrides = dict(dtype=_DTYPES[str(agent["model"]["dtype"])],
-                   scan_layers=bool(agent["model"]["scan_layers"]))
+                   scan_layers=bool(agent["model"]["scan_layers"]),
+                   attention=str(agent["model"]["attention"]))
   if preset in PRESETS:
     return preset, get_config(preset, smeared_keys=bool(agent["model"]["smeared_keys"]),
                               **overrides)

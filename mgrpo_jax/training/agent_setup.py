@@ -128,7 +128,8 @@ def _build_model(agent, role: str, root: str | pathlib.Path, config):
   model_cfg = agent.model
   preset = str(model_cfg.preset)
   dtype = jnp.bfloat16 if model_cfg.dtype == "bfloat16" else jnp.float32
-  overrides = {"dtype": dtype, "scan_layers": bool(model_cfg.scan_layers)}
+  overrides = {"dtype": dtype, "scan_layers": bool(model_cfg.scan_layers),
+               "attention": str(model_cfg.attention)}
   if _is_pretrained(preset):
     if model_cfg.smeared_keys:
       raise ValueError(f"{role}.model.smeared_keys: pretrained weights ({preset!r}) have no "

@@ -106,6 +106,8 @@ def test_wrong_type_is_rejected_naming_the_key(key, value, message):
     ("experiment.mode", "solo", r"'experiment\.mode': expected one of 'mgrpo', 'frozen_sub'"),
     ("main.loss.aggregation", "sum", r"'main\.loss\.aggregation': expected one of"),
     ("experiment.run_id", "", r"'experiment\.run_id': expected a str \(not empty\)"),
+    ("main.model.attention", "flash", r"'main\.model\.attention': expected one of 'auto', "
+     r"'xla', 'cudnn', got 'flash'"),
 ])
 def test_out_of_range_value_is_rejected_naming_the_key_and_allowed_values(key, value, message):
   config = base_config()
@@ -209,6 +211,8 @@ def test_nan_and_inf_are_rejected_naming_the_key(key, value, message):
      r"'sub\.model\.smeared_keys': needs a preset trained from scratch"),
     ({"main.optim.iterations": 2, "main.loss.old_logp": "recompute"},
      r"'main\.optim\.iterations': several steps per batch need main\.loss\.old_logp="),
+    ({"sub.model.attention": "cudnn"}, r"'sub\.model\.attention': 'cudnn' needs "
+     r"sub\.model\.dtype='bfloat16'"),
 ])
 def test_cross_key_rules_name_the_key(overrides, message):
   config = base_config()
@@ -227,6 +231,8 @@ def test_cross_key_rules_name_the_key(overrides, message):
     {"main.optim.micro_batch_size": 4, "sub.optim.micro_batch_size": 32},
     {"main.optim.schedule": "cosine", "main.optim.warmup_steps": 9},
     {"main.optim.iterations": 2, "sub.optim.iterations": 4},
+    {"main.model.attention": "cudnn", "main.model.dtype": "bfloat16"},
+    {"sub.model.attention": "xla"},
 ])
 def test_cross_key_rules_accept_what_works(overrides):
   config = base_config()
@@ -250,3 +256,9 @@ def test_pretrained_presets_are_the_trainers():
   from mgrpo_jax.training.agent_setup import PRETRAINED
 
   assert PRETRAINED == PRETRAINED_PRESETS
+
+
+def test_attention_choices_are_the_models():
+  from mgrpo_jax.models.config import ATTENTION_IMPLEMENTATIONS
+
+  assert SPEC["main"]["model"]["attention"].choices == ATTENTION_IMPLEMENTATIONS

@@ -20,6 +20,7 @@ from mgrpo_jax.sampling import (
     powers_of_two,
     stop_hits,
 )
+from mgrpo_jax.sampling.buckets import decode_windows
 from mgrpo_jax.sampling.filters import choose_tokens
 
 
@@ -80,6 +81,10 @@ def test_buckets():
   assert pick_bucket(16, (32, 16), "prompt length") == 16
   with pytest.raises(ValueError, match="batch size 9 exceeds the largest bucket 8"):
     pick_bucket(9, (1, 8), "batch size")
+  assert decode_windows(128, 3) == (32, 64, 128)
+  assert decode_windows(100, 3) == (25, 50, 100)
+  assert decode_windows(100, 1) == (100,)
+  assert decode_windows(2, 3) == (1, 2)
 
 
 def test_scanned_model_samples_the_same_tokens():

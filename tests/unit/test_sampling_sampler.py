@@ -118,6 +118,26 @@ def test_stop_sequence_ends_the_row_with_reason_stop(sampler):
     assert out.completion(i) == free.completion(i)[:out.lengths[i]]
 
 
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_cache_windows_sample_what_the_whole_cache_samples(model, temperature):
+  """Decode over growing cache windows (G = 32: the loop's cache grows after steps 8 and
+  16) gives the tokens of one decode loop over all P + 32 slots, greedy and sampled with
+  a fixed key; left-padded prompts of 1-10 ids, a row that ends early on EOS included."""
+  prompts = PROMPTS + [[1, 2, 3, 4, 5, 6]]
+  params = SamplingParams(max_new_tokens=30, temperature=temperature)
+
+  def sample(windows):
+    config = SamplerConfig(prompt_buckets=(16,), generation_buckets=(32,), batch_buckets=(4,),
+                           decode_windows=windows)
+    return Sampler(model, eos_ids=[3], pad_id=0, config=config).generate(
+        prompts, params, jax.random.key(7))
+
+  windowed, whole = sample(3), sample(1)
+  np.testing.assert_array_equal(windowed.tokens, whole.tokens)
+  np.testing.assert_array_equal(windowed.lengths, whole.lengths)
+  np.testing.assert_allclose(windowed.logprobs, whole.logprobs, atol=1e-5, rtol=0)
+
+
 def test_no_recompilation_within_buckets(model):
   config = SamplerConfig(prompt_buckets=(12,), generation_buckets=(24,), batch_buckets=(8,))
   sampler = Sampler(model, eos_ids=[3], pad_id=0, config=config)   # shapes no other test uses
