@@ -7,18 +7,21 @@ tokens, float32, CPU):
   exp(logp - old_logp), clip 0.2 / 0.28, masked, sequence-mean-token-mean over rows)
   -> backward -> global-norm gradient clipping (1.0) -> AdamW step (decay on matrices).
   mgrpo_jax: `training.make_update_fn` (one jitted, donated XLA program: Flax NNX
-    Llama + core.losses.policy_loss + optax), on a 1-device mesh.
+    Llama + core.losses.policy_loss + optax, log-probs in LM-head chunks of the
+    default `UpdateConfig.logprob_chunk`), on a 1-device mesh.
   peer: transformers `LlamaForCausalLM` (default attention, sdpa) loaded from the
     mgrpo_jax model's weights written as a safetensors folder, the same loss in torch,
-    `loss.backward()`, `clip_grad_norm_`, `torch.optim.AdamW`; run in a subprocess
-    with `.venv-ref` (created by tools/make_reference_venv.sh if missing).
+    `loss.backward()`, `clip_grad_norm_`, `torch.optim.AdamW`, with `.venv-ref`
+    (created by tools/make_reference_venv.sh if missing).
+Each side runs in its own subprocess, one after the other, so each one's peak RSS is its
+own (the peer's includes loading the folder, ours building the model).
 Models: the `tiny` preset and SmolLM2-135M's shape (`smollm2_135m`, random init; timing
 does not depend on the values). The first step (compile for JAX, warm-up for torch) is
 reported apart; tokens/s = N * T / the median of the timed steps. The step-1 loss and
 gradient norm of both sides are printed as a check that they compute the same thing.
 
   .venv/bin/python benchmarks/train_step.py [--models tiny,smollm2_135m] [--repeats 3]
-      [--batch 8] [--seq 256] [--prompt 64]
+      [--batch 8] [--seq 256] [--prompt 64] [--logprob-chunk C] [--remat none]
 """
 
 from __future__ import annotations
@@ -100,22 +103,39 @@ def run_torch_peer(folder: str, batch_file: str, repeats: int) -> dict:
           "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
 
 
+def side_results(python: pathlib.Path, side_args: list[str], out_file: pathlib.Path) -> dict:
+  """Runs this script as one side (`--side ...`) in a subprocess of `python`."""
+  env = dict(os.environ, HF_HUB_DISABLE_PROGRESS_BARS="1", TRANSFORMERS_VERBOSITY="error")
+  subprocess.run([str(python), __file__, *side_args, "--out", str(out_file)], check=True,
+                 env=env)
+  return json.loads(out_file.read_text())
+
+
 def peer_results(folder: pathlib.Path, batch_file: pathlib.Path, repeats: int) -> dict:
   python = REPO_ROOT / ".venv-ref" / "bin" / "python"
   if not python.exists():
     subprocess.run(["bash", str(REPO_ROOT / "tools" / "make_reference_venv.sh")], check=True)
-  out_file = folder.parent / f"{folder.name}.peer.json"
-  env = dict(os.environ, HF_HUB_DISABLE_PROGRESS_BARS="1", TRANSFORMERS_VERBOSITY="error")
-  subprocess.run([str(python), __file__, "--peer", "--folder", str(folder), "--batch-file",
-                  str(batch_file), "--out", str(out_file), "--repeats", str(repeats)],
-                 check=True, env=env)
-  return json.loads(out_file.read_text())
+  return side_results(python, ["--side", "peer", "--folder", str(folder), "--batch-file",
+                               str(batch_file), "--repeats", str(repeats)],
+                      folder.parent / f"{folder.name}.peer.json")
 
 
-def run_jax(model, batch: dict[str, np.ndarray], repeats: int) -> dict:
+def jax_results(name: str, batch_file: pathlib.Path, repeats: int, logprob_chunk: int | None,
+                remat: str) -> dict:
+  chunk = [] if logprob_chunk is None else ["--logprob-chunk", str(logprob_chunk)]
+  return side_results(pathlib.Path(sys.executable),
+                      ["--side", "jax", "--models", name, "--batch-file", str(batch_file),
+                       "--repeats", str(repeats), "--remat", remat, *chunk],
+                      batch_file.parent / f"{name}.jax.json")
+
+
+def run_jax(name: str, batch_file: str, repeats: int, logprob_chunk: int | None,
+            remat: str) -> dict:
   """mgrpo_jax: the jitted update of `mgrpo_jax.training` on a 1-device mesh."""
+  sys.path.insert(0, str(REPO_ROOT))
   import jax
 
+  from mgrpo_jax.models import get_config, init_model
   from mgrpo_jax.training import (
       MeshConfig,
       OptimizerConfig,
@@ -130,10 +150,14 @@ def run_jax(model, batch: dict[str, np.ndarray], repeats: int) -> dict:
 
   optim = OptimizerConfig(learning_rate=LEARNING_RATE, weight_decay=WEIGHT_DECAY, b1=BETAS[0],
                           b2=BETAS[1], grad_clip=GRAD_CLIP)
+  batch = dict(np.load(batch_file))
   mesh = create_mesh(MeshConfig(), jax.devices()[:1])
-  state, layout = create_train_state(model, make_optimizer(optim), mesh, seed=0)
+  state, layout = create_train_state(init_model(get_config(name), seed=0),
+                                     make_optimizer(optim), mesh, seed=0)
   n = batch["ids"].shape[0]
-  update = make_update_fn(layout, UpdateConfig(), n)
+  chunk = {} if logprob_chunk is None else {"logprob_chunk": logprob_chunk}
+  update_config = UpdateConfig(remat=remat, **chunk)
+  update = make_update_fn(layout, update_config, n)
   train_batch = TrainBatch(weights=np.ones(n, np.float32), **batch)
   start = time.perf_counter()
   state, metrics = update(state, train_batch)
@@ -149,6 +173,7 @@ def run_jax(model, batch: dict[str, np.ndarray], repeats: int) -> dict:
       times.append(time.perf_counter() - start)
   return {"first_s": first_s, "times": times, "loss": first["loss"],
           "grad_norm": first["grad_norm"], "recompiles": counter.count,
+          "logprob_chunk": update_config.logprob_chunk,
           "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
 
 
@@ -159,13 +184,19 @@ def main() -> None:
   parser.add_argument("--batch", type=int, default=8)
   parser.add_argument("--seq", type=int, default=256)
   parser.add_argument("--prompt", type=int, default=64)
-  parser.add_argument("--peer", action="store_true", help=argparse.SUPPRESS)
+  parser.add_argument("--logprob-chunk", type=int, default=None,
+                      help="our LM-head chunk (default: UpdateConfig's)")
+  parser.add_argument("--remat", default="none", choices=("none", "full", "dots"),
+                      help="our per-block rematerialization")
+  parser.add_argument("--side", choices=("jax", "peer"), help=argparse.SUPPRESS)
   parser.add_argument("--folder", help=argparse.SUPPRESS)
   parser.add_argument("--batch-file", help=argparse.SUPPRESS)
   parser.add_argument("--out", help=argparse.SUPPRESS)
   args = parser.parse_args()
-  if args.peer:
-    result = run_torch_peer(args.folder, args.batch_file, args.repeats)
+  if args.side:
+    result = (run_torch_peer(args.folder, args.batch_file, args.repeats) if args.side == "peer"
+              else run_jax(args.models, args.batch_file, args.repeats, args.logprob_chunk,
+                           args.remat))
     pathlib.Path(args.out).write_text(json.dumps(result))
     return
 
@@ -182,10 +213,10 @@ def main() -> None:
       batch = make_batch(config.vocab_size, args.batch, args.seq, args.prompt)
       batch_file = pathlib.Path(tmp) / f"{name}.npz"
       np.savez(batch_file, **batch)
-      peer = peer_results(folder, batch_file, args.repeats)  # first, so memory is not shared
-      ours = run_jax(model, batch, args.repeats)
-      rows.append((name, config.num_params, ours, peer))
       del model
+      peer = peer_results(folder, batch_file, args.repeats)
+      ours = jax_results(name, batch_file, args.repeats, args.logprob_chunk, args.remat)
+      rows.append((name, config.num_params, ours, peer))
 
   tokens = args.batch * args.seq
   print(f"train step (forward + clipped policy loss + backward + clip + AdamW), f32, CPU "
@@ -202,7 +233,8 @@ def main() -> None:
             f"{r['peak_rss_gb']:>8.1f}")
     ratio = statistics.median(peer["times"]) / statistics.median(ours["times"])
     print(f"{name:<14}{'':>8}{'ratio':>14}  mgrpo_jax / torch tokens/s = {ratio:.2f}x; "
-          f"recompiles in timed steps: {ours['recompiles']}; torch threads {peer['threads']}")
+          f"recompiles in timed steps: {ours['recompiles']}; torch threads {peer['threads']}; "
+          f"ours: logprob_chunk {ours['logprob_chunk']}, remat {args.remat}")
 
 
 if __name__ == "__main__":

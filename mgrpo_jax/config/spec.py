@@ -92,6 +92,15 @@ def _agent_spec(role: str, preset: str) -> dict[str, Any]:
                                 "names and numbers from their context within a few hundred "
                                 "steps. Presets only (pretrained weights have no such "
                                 "parameter)."),
+          "logprob_chunk": Field(64, "Positions per LM-head chunk of the trainer's "
+                                 "log-probs: only one chunk's logits [rows, chunk, vocab] "
+                                 "exist at a time, in the forward and (recomputed) backward "
+                                 "pass (0 = the full logits at once).", low=0),
+          "remat": Field("none", "What each decoder block keeps for the trainer's backward "
+                         "pass: none (everything autodiff needs), full (only its input; "
+                         "the block is recomputed), dots (its weight matmuls' outputs; the "
+                         "attention scores and elementwise work are recomputed).",
+                         choices=("none", "full", "dots")),
       },
       "sampling": {
           "temperature": Field(1.0, "Sampling temperature (0 = greedy).", low=0.0, high=10.0),

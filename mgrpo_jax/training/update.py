@@ -5,7 +5,9 @@ metrics)`, compiled once per batch shape [N, T], with explicit shardings: the st
 keeps the layout's shardings (and is donated), batch rows are split over the mesh's
 (data, fsdp) axes, metrics are replicated scalars. One call:
 
-  1. logp = log pi_theta(ids[t] | ids[<t])                  (`models.token_logprobs`)
+  1. logp = log pi_theta(ids[t] | ids[<t])                  (`models.token_logprobs`:
+     the LM head `logprob_chunk` positions at a time, each block rematerialized as
+     `remat` says)
   2. old_logp = the sampler's log-probs (default), or "recompute": the current params'
      log-probs before the update. With one optimizer step per batch those are the logp
      of step 1 itself, so they are taken from that forward pass (stop-gradient; no
@@ -50,8 +52,9 @@ from mgrpo_jax.core.losses import (
   loss_normalizer,
   policy_loss,
 )
-from mgrpo_jax.models.logprobs import token_logprobs
+from mgrpo_jax.models.logprobs import DEFAULT_CHUNK, token_logprobs
 from mgrpo_jax.models.sharding import batch_sharding
+from mgrpo_jax.models.transformer import REMAT_POLICIES
 from mgrpo_jax.training.batching import TrainBatch
 from mgrpo_jax.training.mesh import replicated
 from mgrpo_jax.training.train_state import StateLayout, TrainState
@@ -131,6 +134,10 @@ class UpdateConfig:
     iterations: mu, optimizer steps on each batch (GRPO's inner iterations): every
       step's ratio is against the same pi_old, the sampler's, so the clip bounds how far
       the mu steps move the policy. mu > 1 needs old_logp="sampler".
+    logprob_chunk: positions per LM-head chunk of the log-probs (0: the full logits
+      [N, T, V] at once); the backward pass recomputes each chunk's logits.
+    remat: what each decoder block keeps for the backward pass, a name in
+      `models.transformer.REMAT_POLICIES` ("none", "full", "dots").
   """
 
   loss: LossConfig = LossConfig()
@@ -138,6 +145,8 @@ class UpdateConfig:
   old_logp: str = "sampler"
   temperature: float = 1.0
   iterations: int = 1
+  logprob_chunk: int = DEFAULT_CHUNK
+  remat: str = "none"
 
   def __post_init__(self):
     if self.micro_batch_size < 0:
@@ -151,6 +160,11 @@ class UpdateConfig:
     if self.iterations > 1 and self.old_logp != "sampler":
       raise ValueError(f"optim.iterations={self.iterations} needs loss.old_logp='sampler' "
                        f"(with {self.old_logp!r}, pi_old would move with every step)")
+    if self.logprob_chunk < 0:
+      raise ValueError(f"model.logprob_chunk must be >= 0, got {self.logprob_chunk}")
+    if self.remat not in REMAT_POLICIES:
+      raise ValueError(f"model.remat must be one of {tuple(REMAT_POLICIES)}, got "
+                       f"{self.remat!r}")
 
   @property
   def with_reference(self) -> bool:
@@ -162,14 +176,16 @@ class UpdateConfig:
     """Builds it from an agent's ConfigDict section (`config.main` or `config.sub`).
 
     Reads `loss.*` (with `loss.old_logp`), `optim.micro_batch_size`,
-    `optim.iterations`, and `limits.max_context` as the constant length of
-    "seq_mean_token_sum_norm".
+    `optim.iterations`, `model.logprob_chunk`, `model.remat`, and `limits.max_context`
+    as the constant length of "seq_mean_token_sum_norm".
     """
     return cls(loss=LossConfig.from_config(agent["loss"],
                                            max_len=int(agent["limits"]["max_context"])),
                micro_batch_size=int(agent["optim"]["micro_batch_size"]),
                old_logp=str(agent["loss"]["old_logp"]),
-               iterations=int(agent["optim"]["iterations"]))
+               iterations=int(agent["optim"]["iterations"]),
+               logprob_chunk=int(agent["model"]["logprob_chunk"]),
+               remat=str(agent["model"]["remat"]))
 
 
 def _micro_batches(batch: TrainBatch, micro_batch_size: int, layout: StateLayout
@@ -247,14 +263,16 @@ def _loss_fn(layout: StateLayout, config: UpdateConfig, normalizer: jax.Array,
   def loss_fn(params: nnx.State, batch: TrainBatch
               ) -> tuple[jax.Array, dict[str, jax.Array]]:
     model = nnx.merge(layout.graphdef, params)
-    logp = token_logprobs(model, batch.ids, temperature=config.temperature)
+    logp = token_logprobs(model, batch.ids, temperature=config.temperature,
+                          chunk=config.logprob_chunk, remat=config.remat)
     old_logp = (batch.old_logp if config.old_logp == "sampler"
                 else jax.lax.stop_gradient(logp))
     ref_logp = None
     if ref_params is not None:
       ref_model = nnx.merge(layout.graphdef, jax.lax.stop_gradient(ref_params))
       ref_logp = jax.lax.stop_gradient(
-          token_logprobs(ref_model, batch.ids, temperature=config.temperature))
+          token_logprobs(ref_model, batch.ids, temperature=config.temperature,
+                         chunk=config.logprob_chunk))
     loss, metrics = policy_loss(
         logp, old_logp, batch.advantages, batch.loss_mask, clip_low=loss_config.clip_low,
         clip_high=loss_config.clip_high, ratio=loss_config.ratio,

@@ -13,7 +13,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from mgrpo_jax.models import load_model, load_pretrained
+from mgrpo_jax.models import (
+    load_model,
+    load_pretrained,
+    logprobs_from_logits,
+    token_logprobs,
+)
 from mgrpo_jax.models.sharding import batch_sharding, make_mesh, shard_model
 from mgrpo_jax.models.weights.safetensors import save_hf_folder
 
@@ -82,3 +87,26 @@ def test_sharded_logits_equal_single_device(smollm2, shape):
   # ~1e-4 on logits of magnitude ~15 (relative ~1e-5). The tiny-model unit test holds 1e-4.
   np.testing.assert_allclose(got[real], want[real], atol=2e-4, rtol=1e-5)
   np.testing.assert_array_equal(got[real].argmax(-1), want[real].argmax(-1))
+
+
+@pytest.mark.parametrize("chunk", [7, 64])
+def test_chunked_logprobs_equal_the_full_logits(smollm2, chunk):
+  """The recorded chat decode (prompt + transformers' greedy tokens), left-padded beside
+  its own prompt: the LM head in chunks gives the log-softmax of the full logits."""
+  model, _ = smollm2
+  chat = json.loads(REFERENCE.read_text())["chat_decode"]
+  rows = [chat["prompt_ids"] + chat["generated_ids"], chat["prompt_ids"]]
+  width = len(rows[0])
+  ids = np.zeros((2, width), np.int32)
+  mask = np.zeros_like(ids)
+  for i, row in enumerate(rows):
+    ids[i, width - len(row):], mask[i, width - len(row):] = row, 1
+  logits = np.asarray(nnx.jit(lambda m, x, a: m(x, a))(model, ids, mask))
+  context = mask[:, 1:] * mask[:, :-1]
+  want = np.asarray(logprobs_from_logits(logits[:, :-1], ids[:, 1:])) * context
+  chunked = nnx.jit(lambda m, x, a: token_logprobs(m, x, a, chunk=chunk))
+  got = np.asarray(chunked(model, ids, mask))
+  assert np.all(got[:, 0] == 0)
+  np.testing.assert_allclose(got[:, 1:], want, atol=1e-5, rtol=0)
+  generated = got[0, width - len(chat["generated_ids"]):]
+  np.testing.assert_allclose(generated, chat["generated_logprobs"], atol=1e-3)

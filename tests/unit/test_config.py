@@ -108,6 +108,8 @@ def test_wrong_type_is_rejected_naming_the_key(key, value, message):
     ("experiment.run_id", "", r"'experiment\.run_id': expected a str \(not empty\)"),
     ("main.model.attention", "flash", r"'main\.model\.attention': expected one of 'auto', "
      r"'xla', 'cudnn', got 'flash'"),
+    ("main.model.logprob_chunk", -1, r"'main\.model\.logprob_chunk': expected a int >= 0"),
+    ("sub.model.remat", "all", r"'sub\.model\.remat': expected one of 'none', 'full', 'dots'"),
 ])
 def test_out_of_range_value_is_rejected_naming_the_key_and_allowed_values(key, value, message):
   config = base_config()
@@ -262,3 +264,17 @@ def test_attention_choices_are_the_models():
   from mgrpo_jax.models.config import ATTENTION_IMPLEMENTATIONS
 
   assert SPEC["main"]["model"]["attention"].choices == ATTENTION_IMPLEMENTATIONS
+
+
+def test_model_training_keys_are_the_trainers():
+  from mgrpo_jax.models.transformer import REMAT_POLICIES
+  from mgrpo_jax.training import UpdateConfig
+
+  model = SPEC["main"]["model"]
+  assert model["logprob_chunk"].default == UpdateConfig().logprob_chunk
+  assert model["remat"].default == UpdateConfig().remat
+  assert model["remat"].choices == tuple(REMAT_POLICIES)
+  agent = base_config().main
+  agent.model.logprob_chunk, agent.model.remat = 0, "dots"
+  update = UpdateConfig.from_config(agent)
+  assert (update.logprob_chunk, update.remat) == (0, "dots")

@@ -168,5 +168,6 @@ def test_bad_batches_and_options_are_rejected(setup):
         {"loss": {"clip_low": 0.2, "clip_high": 0.28, "ratio": "token",
                   "aggregation": "token_mean", "kl_coef": 0.1, "kl_estimator": "k3",
                   "clip_ratio_c": 0.0, "old_logp": "sampler"},
-         "optim": {"micro_batch_size": 0, "iterations": 1}, "limits": {"max_context": 64}}),
+         "optim": {"micro_batch_size": 0, "iterations": 1}, "limits": {"max_context": 64},
+         "model": {"logprob_chunk": 64, "remat": "none"}}),
         N)
