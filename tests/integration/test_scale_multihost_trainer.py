@@ -8,10 +8,14 @@ turn by the request, not by its position in a batch), so both runs sample the sa
 trajectories, although in the two-process run each process samples only its own query
 and its rollouts come from a replica of M on its own devices. Then:
 - the final M parameters (the collective orbax checkpoint) agree: 99.9% of the
-  elements within 1e-6 and all within 1e-4, while the second update moved most of them
-  by more than 1e-5. (The samplers' log-probs, pi_old of the loss, come from differently
-  sharded copies of M and differ in the last bits; Adam turns that into up to ~1e-5 at
-  the few elements whose gradient is near 0. Wrong or duplicated rows move them all.)
+  elements within 1e-6 and 99.95% within 1e-5, while the second update moved most of
+  them by more than 1e-5. (The samplers' log-probs, pi_old of the loss, come from
+  differently sharded copies of M and differ in the last bits. Adam divides each
+  element's step by its gradient's own scale, so where a gradient is near 0 those bits
+  can move the element by up to the learning rate per step: one element in 164k
+  differed by 1.5e-4 on one CPU, 1e-5 on another. Every element is therefore held
+  within LEARNING_RATE x NUM_STEPS, and the fractions catch wrong or duplicated rows,
+  which move nearly every element.)
 - exactly one metrics.jsonl with one line per step (process 0 alone writes it, and
   one TensorBoard event file), whose rewards, token counts and loss equal the
   single-process run's;
@@ -36,8 +40,10 @@ import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 NUM_STEPS = 2
+LEARNING_RATE = 1e-3
 OVERRIDES = [
     f"--config.experiment.num_steps={NUM_STEPS}", "--config.experiment.mode=shared_policy",
+    f"--config.main.optim.learning_rate={LEARNING_RATE}",
     "--config.mgrpo.queries_per_step=2", "--config.mgrpo.rollouts_per_query=2",
     "--config.mgrpo.aligned_sub_calls=2", "--config.mgrpo.max_sub_calls=2",
     "--config.main.mesh.data=2", "--config.main.mesh.fsdp=2", "--config.main.mesh.tensor=2",
@@ -198,5 +204,7 @@ def test_two_processes_train_the_main_slice_like_one(tmp_path):
   diff = np.concatenate([np.abs(got_final[k] - final[k]).ravel() for k in final])
   assert np.mean(moved > 1e-5) > 0.5, "the last update must move most parameters"
   assert np.mean(diff <= 1e-6) >= 0.999, np.sort(diff)[-20:]
+  assert np.mean(diff <= 1e-5) >= 0.9995, np.sort(diff)[-20:]
   for name, value in final.items():
-    np.testing.assert_allclose(got_final[name], value, atol=1e-4, rtol=0, err_msg=name)
+    np.testing.assert_allclose(got_final[name], value, atol=LEARNING_RATE * NUM_STEPS,
+                               rtol=0, err_msg=name)
