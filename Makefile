@@ -20,16 +20,29 @@ $(STAMP): pyproject.toml
 demo: venv
 	$(PY) launch/tpu_run.py --slice=all --config=configs/local_demo.py
 
+# The tests' persistent XLA compilation cache: every program the tests compile (in
+# pytest, in the runs they launch, and in `bazel-test` after them) is compiled once and
+# loaded after, here and in later runs. A loaded program is the compiled program itself,
+# so results are bitwise those of a cold compile. The size cap makes JAX lock the folder,
+# so concurrent workers never read a half-written entry. A value set by the caller is kept.
+JAX_TEST_CACHE ?= $(CURDIR)/.cache/jax_tests
+JAX_TEST_ENV := JAX_COMPILATION_CACHE_DIR=$(JAX_TEST_CACHE) \
+	JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 JAX_COMPILATION_CACHE_MAX_SIZE=4000000000
+
 # One pytest worker per core (pytest-xdist); each test file runs on one worker, so its
-# module fixtures (warm starts, worlds, emulators) are built once.
+# module fixtures (warm starts, worlds, emulators) are built once. --durations lists the
+# slowest tests (docs/ARCHITECTURE.md, "Test time").
 test: venv
-	$(PY) -m pytest tests -q -p no:cacheprovider -n auto --dist loadfile
+	env $(JAX_TEST_ENV) $(PY) -m pytest tests -q -p no:cacheprovider -n auto --dist loadfile \
+		--durations=20
 
 test-unit: venv
-	$(PY) -m pytest tests/unit -q -p no:cacheprovider
+	env $(JAX_TEST_ENV) $(PY) -m pytest tests/unit -q -p no:cacheprovider
 
 bazel-test: venv
-	bazel test //tests:unit
+	mkdir -p $(JAX_TEST_CACHE)
+	bazel test //tests:unit $(foreach v,$(JAX_TEST_ENV),--test_env=$(v)) \
+		--sandbox_writable_path=$(JAX_TEST_CACHE)
 
 lint: venv
 	$(PY) -m ruff check mgrpo_jax tests launch configs benchmarks tools

@@ -5,6 +5,11 @@ gcsfs and tensorstore/orbax at it for one test (the variables of
 `mgrpo_jax.store.emulator.emulator_env`, usable outside pytest too), and `gcs_bucket`
 gives that test its own empty bucket. `restartable_gcs_emulator` is a private server for
 tests that stop and restart it (same port, same data folder).
+
+`MGRPO_TESTS_COMPILATION_CACHE` names one persistent compilation cache for every
+`launch/tpu_run.py` the tests start through `tests.support.trainer_harness`, shared by
+the pytest workers of one run: the same programs compile once per test run instead of
+once per launch.
 """
 
 from __future__ import annotations
@@ -18,6 +23,25 @@ import pytest
 from mgrpo_jax.store.emulator import FakeGcsEmulator
 
 _bucket_ids = itertools.count()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_compilation_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+  """Sets MGRPO_TESTS_COMPILATION_CACHE (module docstring): JAX's own cache folder where
+  one is set (`make test` sets one), else a folder of this test run."""
+  from tests.support.trainer_harness import SHARED_CACHE_ENV
+
+  base = tmp_path_factory.getbasetemp()
+  # Under pytest-xdist each worker's base folder lies in the run's folder.
+  run_root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+  previous = os.environ.get(SHARED_CACHE_ENV)
+  os.environ[SHARED_CACHE_ENV] = (os.environ.get("JAX_COMPILATION_CACHE_DIR")
+                                  or str(run_root / "shared_jax_cache"))
+  yield
+  if previous is None:
+    os.environ.pop(SHARED_CACHE_ENV, None)
+  else:
+    os.environ[SHARED_CACHE_ENV] = previous
 
 
 @pytest.fixture(scope="session")

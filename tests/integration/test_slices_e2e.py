@@ -2,19 +2,25 @@
 
 The slices run the tiny models of tests/support/plumbing_config.py with a policy mix
 (`trainer_policy_mix.ThinkingOracle`: model-sampled thinking, oracle actions) so that M
-delegates, S reports and rewards and advantages are not all 0. The resumed run is
-killed at named points of the step protocol (`MGRPO_FAULT`: during M's rollouts, after
-outcomes, during S's update), and separately at seeded random times (either slice), and
-restarted with the same command each time; its final checkpoints must equal the
-uninterrupted run's bitwise.
+delegates, S reports and rewards and advantages are not all 0. The resumed runs are
+killed and restarted with the same command each time; their final checkpoints must
+equal the uninterrupted run's bitwise:
+- a local workdir, killed at named points of the step protocol (`MGRPO_FAULT`: during
+  M's rollouts, after outcomes, during S's update);
+- a `gs://` workdir on the GCS emulator, restarted each time on a fresh machine (every
+  local folder deleted: the world, tokenizer and compilation caches are rebuilt): first
+  killed right after a step's outcomes are in the store, then one slice, drawn at random,
+  at a random time in the next step. Its metrics of every step are in the workdir.
+(tools/fault_soak.py is the long version: 20 steps, many kills, an emulator restart.)
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
-import pathlib
 import random
+import shutil
 import signal
 import time
 
@@ -29,15 +35,18 @@ NUM_STEPS = 3
 RUN_ID = "local_demo"
 
 
-def launch(workdir, fault=None):
+def launch(workdir, fault=None, machine=None, shared_cache=True):
+  """The run in `workdir` to its end; a `gs://` run keeps its local folder in `machine`."""
   return trainer_harness.launch(workdir, f"--config.experiment.num_steps={NUM_STEPS}",
-                                fault=fault)
+                                fault=fault, cwd=machine or trainer_harness.ROOT,
+                                gin_dir=machine, shared_cache=shared_cache,
+                                timeout=600 if machine else 240)
 
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
   workdir = tmp_path_factory.mktemp("reference") / "run"
-  result = launch(workdir)
+  result = launch(workdir, shared_cache=False)  # the run's own cache (checked below)
   assert result.returncode == 0, result.stdout[-4000:]
   return workdir, result.stdout
 
@@ -107,32 +116,51 @@ def test_resume_after_sigkill_equals_uninterrupted_run(reference, tmp_path):
         str(reference[0] / "store")).get(outcomes_key(RUN_ID, step))
 
 
-def _kill_one_slice_at(workdir, delay_s: float, victim: str) -> int:
-  """Starts the run, SIGKILLs `victim`'s process after `delay_s`; returns the parent's status."""
+def _acked_steps(workdir) -> int:
+  store = open_store(f"{workdir}/store")
+  return sum(store.exists(ack_key(RUN_ID, t, "main")) for t in range(NUM_STEPS))
+
+
+def _kill_one_slice_mid_step(workdir, machine, victim: str, rng: random.Random) -> int:
+  """Starts the run in `machine`; once it acknowledges a step of its own, SIGKILLs
+  `victim`'s process 0-3 s later. Returns the parent's status."""
+  before = _acked_steps(workdir)
   parent = trainer_harness.start(workdir, f"--config.experiment.num_steps={NUM_STEPS}",
-                                 slice_name="all")
-  pid_file = pathlib.Path(workdir) / "launch" / f"{victim}.pid"
-  deadline = time.monotonic() + delay_s
-  while time.monotonic() < deadline and parent.poll() is None:
-    time.sleep(0.1)
-  if parent.poll() is None and pid_file.exists():
-    try:
-      os.kill(int(pid_file.read_text()), signal.SIGKILL)
-    except ProcessLookupError:  # the slice had just finished
-      pass
-  parent.communicate(timeout=300)
+                                 slice_name="all", cwd=machine, gin_dir=machine)
+  while parent.poll() is None and _acked_steps(workdir) == before:
+    time.sleep(0.2)
+  time.sleep(rng.uniform(0.0, 3.0))
+  pid_file = machine / "runs_local" / RUN_ID / "launch" / f"{victim}.pid"
+  if parent.poll() is None:
+    os.kill(int(pid_file.read_text()), signal.SIGKILL)
+  output = parent.communicate(timeout=300)[0]
+  assert parent.returncode != 0, f"the run ended before the kill:\n{output[-3000:]}"
   return parent.returncode
 
 
-def test_resume_after_sigkill_at_random_times_equals_uninterrupted_run(reference, tmp_path):
-  workdir = tmp_path / "run"
-  rng = random.Random(20261129)
-  statuses = [_kill_one_slice_at(workdir, rng.uniform(8.0, 40.0), rng.choice(["main", "sub"]))
-              for _ in range(2)]
-  result = launch(workdir)
+def test_gs_run_resumes_on_fresh_machines_after_kills(reference, gcs_bucket, tmp_path):
+  workdir = f"gs://{gcs_bucket}/runs/resume"
+  machines = [tmp_path / f"machine_{i}" for i in range(3)]
+  for machine in machines:
+    machine.mkdir()
+  result = launch(workdir, fault="main:outcomes:0", machine=machines[0])
+  assert "exited with status -9" in result.stdout, result.stdout[-3000:]
+  assert open_store(f"{workdir}/store").exists(outcomes_key(RUN_ID, 0))
+  shutil.rmtree(machines[0])
+  rng = random.Random(20261204)
+  _kill_one_slice_mid_step(workdir, machines[1], rng.choice(["main", "sub"]), rng)
+  shutil.rmtree(machines[1])
+  result = launch(workdir, machine=machines[2])
   assert result.returncode == 0, result.stdout[-4000:]
-  assert any(status != 0 for status in statuses), "no kill landed before the run finished"
+
   trainer_harness.assert_same_final_checkpoints(reference[0], workdir)
+  objects = open_store(workdir)  # reads any object under the workdir
+  for name in ("main", "sub"):
+    lines = objects.get(f"logs/{name}/metrics.jsonl").decode().splitlines()
+    assert sorted({json.loads(line)["step"] for line in lines}) == list(range(NUM_STEPS))
+    assert objects.list(f"logs/{name}/tensorboard/")
+  assert not (machines[2] / "runs_local" / RUN_ID / "main").exists()
+  assert not (machines[2] / "runs_local" / RUN_ID / "sub").exists()
 
 
 def test_the_evaluation_runs_in_its_own_child_process(reference):

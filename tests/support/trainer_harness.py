@@ -1,5 +1,13 @@
 """Runs `launch/tpu_run.py` for trainer tests (plumbing_config.py, small B/K/D, policy mix)
-and reads the runs' final checkpoints."""
+and reads the runs' final checkpoints.
+
+Every launch compiles the same few programs (one config, one set of shapes), so the
+launches of a test session share one persistent compilation cache: the folder named by
+`MGRPO_TESTS_COMPILATION_CACHE` (tests/integration/conftest.py sets it), passed as
+`experiment.compilation_cache_dir`. A cached program is the compiled program itself, so
+every result is bitwise what a cold compile gives; a launch with `shared_cache=False`
+keeps the run's own cache folder (the default a user gets).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +20,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+SHARED_CACHE_ENV = "MGRPO_TESTS_COMPILATION_CACHE"
 MIX_GIN = """import mgrpo_jax.training.agent_setup
 import tests.support.trainer_policy_mix
 mgrpo_jax.training.rollout_policy.wrapper = @trainer_policy_mix.ThinkingOracle
@@ -24,7 +33,13 @@ OVERRIDES = [
 ]
 
 
-def command(workdir, *extra, slice_name="all", fault=None, gin_dir=None):
+def shared_cache_overrides() -> list[str]:
+  """The override that points a launch at the session's compilation cache, if any."""
+  folder = os.environ.get(SHARED_CACHE_ENV)
+  return [f"--config.experiment.compilation_cache_dir={folder}"] if folder else []
+
+
+def command(workdir, *extra, slice_name="all", fault=None, gin_dir=None, shared_cache=True):
   """(argv, env) of one tpu_run.py call with the policy mix bound through gin (in
   `gin_dir`, default the workdir's parent; a `gs://` workdir needs one)."""
   gin_path = pathlib.Path(gin_dir or pathlib.Path(workdir).parent) / "mix.gin"
@@ -36,22 +51,27 @@ def command(workdir, *extra, slice_name="all", fault=None, gin_dir=None):
   argv = [sys.executable, str(ROOT / "launch" / "tpu_run.py"), f"--slice={slice_name}",
           "--config=" + str(ROOT / "tests" / "support" / "plumbing_config.py"),
           f"--workdir={workdir}",
-          f"--gin_file={gin_path}", *OVERRIDES, *extra]
+          f"--gin_file={gin_path}", *OVERRIDES,
+          *(shared_cache_overrides() if shared_cache else []), *extra]
   return argv, env
 
 
-def launch(workdir, *extra, slice_name="all", fault=None, timeout=240, cwd=ROOT, gin_dir=None):
+def launch(workdir, *extra, slice_name="all", fault=None, timeout=240, cwd=ROOT, gin_dir=None,
+           shared_cache=True):
   """Runs tpu_run.py to its end in `cwd` (where a `gs://` run keeps its local folder
   `runs_local/`); returns the CompletedProcess (output in .stdout)."""
-  argv, env = command(workdir, *extra, slice_name=slice_name, fault=fault, gin_dir=gin_dir)
+  argv, env = command(workdir, *extra, slice_name=slice_name, fault=fault, gin_dir=gin_dir,
+                      shared_cache=shared_cache)
   return subprocess.run(argv, env=env, cwd=cwd, stdout=subprocess.PIPE,
                         stderr=subprocess.STDOUT, text=True, timeout=timeout)
 
 
-def start(workdir, *extra, slice_name, fault=None):
-  """Starts tpu_run.py in the background; returns the Popen (output in .stdout)."""
-  argv, env = command(workdir, *extra, slice_name=slice_name, fault=fault)
-  return subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE,
+def start(workdir, *extra, slice_name, fault=None, cwd=ROOT, gin_dir=None,
+          stdout=subprocess.PIPE):
+  """Starts tpu_run.py in the background in `cwd`; returns the Popen (output in .stdout,
+  or where `stdout` says)."""
+  argv, env = command(workdir, *extra, slice_name=slice_name, fault=fault, gin_dir=gin_dir)
+  return subprocess.Popen(argv, env=env, cwd=cwd, stdout=stdout,
                           stderr=subprocess.STDOUT, text=True)
 
 
