@@ -30,11 +30,14 @@ JAX_TEST_ENV := JAX_COMPILATION_CACHE_DIR=$(JAX_TEST_CACHE) \
 	JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 JAX_COMPILATION_CACHE_MAX_SIZE=4000000000
 
 # One pytest worker per core (pytest-xdist); each test file runs on one worker, so its
-# module fixtures (warm starts, worlds, emulators) are built once. --durations lists the
-# slowest tests (docs/ARCHITECTURE.md, "Test time").
+# module fixtures (warm starts, worlds, emulators) are built once. Files are handed out
+# in collection order, the long integration files first and the short unit files last
+# (xdist's default hands out the files with the most tests first, which left a
+# two-minute training test for the end). --durations lists the slowest tests
+# (docs/ARCHITECTURE.md, "Test time").
 test: venv
 	env $(JAX_TEST_ENV) $(PY) -m pytest tests -q -p no:cacheprovider -n auto --dist loadfile \
-		--durations=20
+		--no-loadscope-reorder --durations=20
 
 test-unit: venv
 	env $(JAX_TEST_ENV) $(PY) -m pytest tests/unit -q -p no:cacheprovider
