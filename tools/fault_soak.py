@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from mgrpo_jax.store import open_store  # noqa: E402
 from mgrpo_jax.store.emulator import FakeGcsEmulator  # noqa: E402
-from mgrpo_jax.store.schema import ack_key, outcomes_key  # noqa: E402
+from mgrpo_jax.store.schema import outcomes_key  # noqa: E402
 from tests.support import trainer_harness  # noqa: E402
 
 RUN_ID = "local_demo"
@@ -45,9 +45,7 @@ BUCKET = "soak"
 
 def steps_done(workdir: str, num_steps: int) -> int:
   """Steps whose main and sub acks are both in the run's store."""
-  store = open_store(f"{workdir}/store")
-  return sum(store.exists(ack_key(RUN_ID, t, "main")) and store.exists(ack_key(RUN_ID, t, "sub"))
-             for t in range(num_steps))
+  return trainer_harness.acked_steps(workdir, num_steps, RUN_ID)
 
 
 class Attempt:
@@ -61,7 +59,6 @@ class Attempt:
     self.process = trainer_harness.start(
         workdir, f"--config.experiment.num_steps={num_steps}", slice_name="all",
         cwd=machine, gin_dir=machine, stdout=self.log)
-    self.started = time.monotonic()
 
   def kill(self, victim: str) -> bool:
     """SIGKILLs `victim`'s process once it has been spawned; False when the run ended

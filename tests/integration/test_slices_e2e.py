@@ -116,18 +116,14 @@ def test_resume_after_sigkill_equals_uninterrupted_run(reference, tmp_path):
         str(reference[0] / "store")).get(outcomes_key(RUN_ID, step))
 
 
-def _acked_steps(workdir) -> int:
-  store = open_store(f"{workdir}/store")
-  return sum(store.exists(ack_key(RUN_ID, t, "main")) for t in range(NUM_STEPS))
-
-
 def _kill_one_slice_mid_step(workdir, machine, victim: str, rng: random.Random) -> int:
   """Starts the run in `machine`; once it acknowledges a step of its own, SIGKILLs
   `victim`'s process 0-3 s later. Returns the parent's status."""
-  before = _acked_steps(workdir)
+  before = trainer_harness.acked_steps(workdir, NUM_STEPS, RUN_ID, slices=("main",))
   parent = trainer_harness.start(workdir, f"--config.experiment.num_steps={NUM_STEPS}",
                                  slice_name="all", cwd=machine, gin_dir=machine)
-  while parent.poll() is None and _acked_steps(workdir) == before:
+  while parent.poll() is None and trainer_harness.acked_steps(
+      workdir, NUM_STEPS, RUN_ID, slices=("main",)) == before:
     time.sleep(0.2)
   time.sleep(rng.uniform(0.0, 3.0))
   pid_file = machine / "runs_local" / RUN_ID / "launch" / f"{victim}.pid"

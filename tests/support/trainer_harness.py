@@ -19,6 +19,9 @@ import sys
 import numpy as np
 import orbax.checkpoint as ocp
 
+from mgrpo_jax.store import open_store
+from mgrpo_jax.store.schema import ack_key
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SHARED_CACHE_ENV = "MGRPO_TESTS_COMPILATION_CACHE"
 MIX_GIN = """import mgrpo_jax.training.agent_setup
@@ -73,6 +76,13 @@ def start(workdir, *extra, slice_name, fault=None, cwd=ROOT, gin_dir=None,
   argv, env = command(workdir, *extra, slice_name=slice_name, fault=fault, gin_dir=gin_dir)
   return subprocess.Popen(argv, env=env, cwd=cwd, stdout=stdout,
                           stderr=subprocess.STDOUT, text=True)
+
+
+def acked_steps(workdir, num_steps: int, run_id: str, slices=("main", "sub")) -> int:
+  """How many of the run's steps every slice in `slices` has acknowledged in its store."""
+  store = open_store(f"{workdir}/store")
+  return sum(all(store.exists(ack_key(run_id, t, name)) for name in slices)
+             for t in range(num_steps))
 
 
 def checkpoint_arrays(workdir, role):
