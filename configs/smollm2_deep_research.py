@@ -34,24 +34,27 @@ plots, with a checkpoint every step.
 
 Lengths and memory. SmolLM2 was trained with an 8192-token context; the agents' ChatML
 system prompts are about 250 (M) and 215 (S) tokens. Each agent trains on rows padded to
-`limits.max_context` (T), and without rematerialisation the backward pass keeps every
-layer's [rows, heads, T, T] attention scores, so memory grows as rows x T^2. Measured
-for one update on one H200 (bfloat16 activations, float32 parameters and AdamW state):
-peak 5.9 / 9.7 / 14.8 / 52.2 GiB for micro-batches of one row of T = 1024 / 1536 /
-2048 / 4096 tokens, and 102.8 GiB for two rows of 4096. Hence M: T = 4096, 8 turns of
-at most 384 new tokens (plan, delegate, compute, answer); S: T = 4096, 8 turns of at
-most 256 new tokens (a search or visit call is short; the page comes back as a tool
-response); micro-batches of one row. M's update (16 x 4096) took 2.6 s and S's
-(B*K*D = 128 x 4096) 20.9 s on that GPU.
+`limits.max_context` (T). XLA attention keeps every layer's [rows, heads, T, T] scores
+for the backward pass, so its memory grows as rows x T^2; cuDNN flash attention (what
+`model.attention = "auto"` picks on a GPU in bfloat16) keeps none. Measured for one
+update on one H200 (bfloat16 activations, float32 parameters and AdamW state, one-row
+micro-batches; docs/BENCHMARKS.md): 16 x 4096 peaks at 6.8 GiB and takes 0.91 s with
+cuDNN attention (2.8 GiB with `model.remat = "full"`, same speed); with XLA attention it
+peaked at 52.2 GiB (5.9 / 9.7 / 14.8 GiB at T = 1024 / 1536 / 2048, 102.8 GiB for two
+rows of 4096). Hence M: T = 4096, 8 turns of at most 384 new tokens (plan, delegate,
+compute, answer); S: T = 4096, 8 turns of at most 256 new tokens (a search or visit call
+is short; the page comes back as a tool response); micro-batches of one row. S's update
+(B*K*D = 128 x 4096) is 8 of M's (16 x 4096).
 
 Presets (`--config=configs/smollm2_deep_research.py:<preset>`):
   (none)      one accelerator per agent: each slice's mesh is (data, fsdp, tensor) =
-              (1, 1, 1) on one GPU of 80 GB or more (about 52 GiB peak, above).
+              (1, 1, 1) on one GPU of 80 GB or more (the update alone peaks at
+              6.8 GiB, above; the rest holds the rollouts' KV caches).
   tpu_v5e_8   each agent on its own TPU v5e-8 slice (8 chips of 16 GiB HBM): mesh
               data = 8 (the model and its AdamW state, 2.2 GB in float32, fit on every
               chip, so pure data parallelism), T = 1536 for both agents and micro-
               batches of 8 rows, one row per chip per pass (9.7 GiB measured on the
-              GPU for one such row); check with `--dry_run --dry_run_hbm_gib=16`.
+              GPU for one such row with XLA attention, which a TPU runs); check with `--dry_run --dry_run_hbm_gib=16`.
   cpu_smoke   two RL steps on CPU (tests/integration/test_smollm2_smoke.py): B = 1,
               K = 2, D = 1, the tiny world and its stage-1 questions, float32
               activations (bfloat16 is no faster on CPU), one turn of at most 16 new
