@@ -24,12 +24,23 @@ context budget).
 from mgrpo_jax.config.sweep import Axis, Run, Sweep, axis, grid
 
 LONG_CONTEXT = 1024
+# Rows per update pass at the long budget. Every RL row is padded to the context, and
+# XLA attention on a CPU keeps each layer's float32 scores and probabilities
+# [rows, heads, T, T] for the backward pass: 64 rows x 8 heads x 1024^2 x 4 B = 2 GiB per
+# tensor, so the whole batch at once ran out of memory. Micro-batches of 8 rows
+# accumulate the same gradient (up to float rounding) in an eighth of that memory.
+LONG_CONTEXT_MICRO_BATCH = 8
+# Its rollouts are mostly far shorter than the budget: each RL batch is padded only to
+# 128, 256, 512 or 1024 tokens, whichever holds its longest row.
+LONG_CONTEXT_SHORTEST = 128
 ARMS = Axis((
     ("mgrpo", {"experiment.mode": "mgrpo"}),
     ("frozen_sub", {"experiment.mode": "frozen_sub"}),
     ("single_agent", {"experiment.mode": "single_agent"}),
     ("single_agent_long", {"experiment.mode": "single_agent",
-                           "main.limits.max_context": LONG_CONTEXT}),
+                           "main.limits.max_context": LONG_CONTEXT,
+                           "main.optim.micro_batch_size": LONG_CONTEXT_MICRO_BATCH,
+                           "main.limits.shortest_train_length": LONG_CONTEXT_SHORTEST}),
     ("shared_policy", {"experiment.mode": "shared_policy"}),
     ("no_alignment", {"experiment.mode": "no_alignment"}),
 ))

@@ -111,6 +111,12 @@ def _agent_spec(role: str, preset: str) -> dict[str, Any]:
       "limits": {
           "max_turns": Field(8, f"Assistant turns of {role} per episode at most.", low=1),
           "max_context": Field(1024, f"Context budget of {role} in tokens.", low=16),
+          "shortest_train_length": Field(
+              0, f"With a value > 0, {role}'s RL batches are padded to the shortest of "
+              "it, twice it, four times it, ... (capped at max_context) that holds their "
+              "longest row, one compiled update per length used, so short rollouts do not "
+              "pay for the whole context; 0 pads every batch to max_context (one update "
+              "program; the float rounding the demo's results were measured with).", low=0),
       },
       "optim": {
           "learning_rate": Field(1e-5, "Peak AdamW learning rate.", low=0.0, high=1.0),

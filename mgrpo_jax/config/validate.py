@@ -170,6 +170,10 @@ def _check_agent(role: str, agent: Mapping[str, Any], num_steps: int, rows: int)
     _fail(f"{role}.optim.iterations", f"several steps per batch need {role}.loss.old_logp="
           f"'sampler' (a recomputed pi_old would move with every step), got "
           f"{optim['iterations']} with {loss['old_logp']!r}")
+  shortest, context = agent["limits"]["shortest_train_length"], agent["limits"]["max_context"]
+  if shortest > context:
+    _fail(f"{role}.limits.shortest_train_length", f"must be at most {role}.limits."
+          f"max_context = {context} (or 0: every batch padded to it), got {shortest}")
   micro = optim["micro_batch_size"]
   if micro and rows and rows % micro:
     _fail(f"{role}.optim.micro_batch_size", f"must divide the {role} agent's batch rows "

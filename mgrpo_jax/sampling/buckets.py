@@ -20,6 +20,11 @@ def powers_of_two(low: int, high: int) -> tuple[int, ...]:
   return tuple(out)
 
 
+def doubling_lengths(shortest: int, longest: int) -> tuple[int, ...]:
+  """(shortest, 2 shortest, 4 shortest, ...) below `longest`, then `longest` itself."""
+  return tuple(b for b in powers_of_two(shortest, longest) if b < longest) + (longest,)
+
+
 def pick_bucket(n: int, buckets: Sequence[int], what: str) -> int:
   """The smallest bucket >= n; raises ValueError naming `what` if n exceeds them all."""
   for b in sorted(buckets):

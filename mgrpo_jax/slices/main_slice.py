@@ -273,8 +273,7 @@ def _main_batch(rt: SliceRuntime, step: int, rollouts: _Rollouts,
                          buckets=rt.buckets)
   scalars = {}
   if rt.mode.shared:
-    sub_step = _shared_sub_step(rollouts, outcome.grid, outcome.reward, rt.config, step,
-                                rt.settings.weights, rt.settings.advantage, rt.tokenizer)
+    sub_step = _shared_sub_step(rollouts, outcome.grid, outcome.reward, rt, step)
     scalars.update(step_math.sub_step_scalars(sub_step))
     scalars["shared/main_tokens"] = float(batch.loss_mask.sum())
     scalars["shared/sub_tokens"] = float(sub_step.batch.loss_mask.sum())
@@ -366,13 +365,14 @@ def _gather_rollouts(step, query_ids, main, sub, sub_tokens):
   return all_main, all_sub, all_tokens
 
 
-def _shared_sub_step(rollouts, grid, r_main, config, step, weights, advantage, tokenizer):
+def _shared_sub_step(rollouts, grid, r_main, rt: SliceRuntime, step):
   """shared_policy: the step's S calls aligned to D slots, for the one policy's batch."""
+  config = rt.config
   indexed = step_math.index_sub_records(rollouts.sub, rollouts.query_ids,
                                         grid["num_sub_calls"])
   return step_math.aligned_sub_step(
       indexed, r_main, grid["correct"], grid["num_sub_calls"],
       num_slots=int(config.mgrpo.aligned_sub_calls),
       key=agent_setup.step_key(int(config.experiment.seed), "align", step),
-      mode=str(config.mgrpo.alignment), weights=weights, advantage=advantage,
-      pad_id=tokenizer.pad_id or 0, buckets=(int(config.main.limits.max_context),))
+      mode=str(config.mgrpo.alignment), weights=rt.settings.weights,
+      advantage=rt.settings.advantage, pad_id=rt.pad_id, buckets=rt.buckets)

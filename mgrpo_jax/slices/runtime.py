@@ -18,6 +18,7 @@ from typing import Any
 
 from mgrpo_jax.config.modes import Mode, parse_mode
 from mgrpo_jax.metrics import format_progress
+from mgrpo_jax.sampling.buckets import doubling_lengths
 from mgrpo_jax.scale import distributed
 from mgrpo_jax.scale.multihost import device_batch, rollout_model
 from mgrpo_jax.scale.writers import log, metrics_writer
@@ -37,6 +38,15 @@ from mgrpo_jax.training.paths import RunPaths
 from mgrpo_jax.training.update import make_update_fn
 
 _CACHES = {"main": MainStepCache, "sub": SubStepCache}
+
+
+def train_lengths(limits: Any) -> tuple[int, ...]:
+  """The row lengths T an agent's RL batches are padded to, from its `limits` section:
+  max_context alone when `shortest_train_length` is 0 (one compiled update per run),
+  else its doublings up to max_context."""
+  if not limits.shortest_train_length:
+    return (int(limits.max_context),)
+  return doubling_lengths(int(limits.shortest_train_length), int(limits.max_context))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,8 +115,8 @@ class SliceRuntime:
 
   @property
   def buckets(self) -> tuple[int, ...]:
-    """The one row length T of the agent's batches: one compiled update per run."""
-    return (int(self.config[self.role].limits.max_context),)
+    """The row lengths T the agent's RL batches are padded to (`train_lengths`)."""
+    return train_lengths(self.config[self.role].limits)
 
   def restore(self) -> dict[str, Any] | None:
     """Restores the newest checkpoint into the train state; its metadata, or None."""

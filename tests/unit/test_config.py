@@ -209,6 +209,9 @@ def test_nan_and_inf_are_rejected_naming_the_key(key, value, message):
      r"'main\.optim\.micro_batch_size': must divide the main agent's batch rows 16"),
     ({"sub.optim.micro_batch_size": 96},
      r"'sub\.optim\.micro_batch_size': must divide the sub agent's batch rows 128"),
+    ({"main.limits.shortest_train_length": 2048},
+     r"'main\.limits\.shortest_train_length': must be at most main\.limits\.max_context = "
+     r"1024"),
     ({"sub.model.preset": "smollm2_135m", "sub.model.smeared_keys": True},
      r"'sub\.model\.smeared_keys': needs a preset trained from scratch"),
     ({"main.optim.iterations": 2, "main.loss.old_logp": "recompute"},

@@ -70,7 +70,9 @@ def test_paper_comparison_is_arms_by_seeds_with_run_ids():
   modes = {arm: arm for arm in arms} | {"single_agent_long": "single_agent"}
   for run, (arm, seed) in zip(sweep.runs, expected, strict=True):
     team = "multi" if arm in ("mgrpo", "frozen_sub", "no_alignment") else arm
-    budget = {"main.limits.max_context": 1024} if arm == "single_agent_long" else {}
+    budget = ({"main.limits.max_context": 1024, "main.optim.micro_batch_size": 8,
+               "main.limits.shortest_train_length": 128}
+              if arm == "single_agent_long" else {})
     assert dict(run.overrides) == {"experiment.mode": modes[arm], "experiment.seed": seed,
                                    "experiment.name": arm, "experiment.run_id": run.name,
                                    "warm_start.dir": f"../warm_start/{team}-s{seed}",

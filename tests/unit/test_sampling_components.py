@@ -20,7 +20,7 @@ from mgrpo_jax.sampling import (
     powers_of_two,
     stop_hits,
 )
-from mgrpo_jax.sampling.buckets import decode_windows
+from mgrpo_jax.sampling.buckets import decode_windows, doubling_lengths
 from mgrpo_jax.sampling.filters import choose_tokens
 
 
@@ -85,6 +85,9 @@ def test_buckets():
   assert decode_windows(100, 3) == (25, 50, 100)
   assert decode_windows(100, 1) == (100,)
   assert decode_windows(2, 3) == (1, 2)
+  assert doubling_lengths(128, 1024) == (128, 256, 512, 1024)
+  assert doubling_lengths(64, 160) == (64, 128, 160)  # the context caps the last one
+  assert doubling_lengths(160, 160) == (160,)
 
 
 def test_scanned_model_samples_the_same_tokens():

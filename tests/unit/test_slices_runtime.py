@@ -1,7 +1,7 @@
 """The numbers of a step both slices read (`slices/runtime.py`, `StepSettings`)."""
 
 from mgrpo_jax.config import apply_overrides, base_config
-from mgrpo_jax.slices.runtime import StepSettings
+from mgrpo_jax.slices.runtime import StepSettings, train_lengths
 
 
 def test_step_settings_read_the_config():
@@ -16,3 +16,13 @@ def test_step_settings_read_the_config():
   assert (settings.num_queries, settings.num_rollouts, settings.num_slots) == (3, 5, 2)
   assert (settings.staleness, settings.wait_timeout_s) == (1, 9.5)
   assert settings.advantage.std == "unbiased" and settings.weights.a1 == 0.2
+
+
+def test_train_lengths_pad_to_the_context_unless_a_shortest_length_is_set():
+  config = base_config()
+  apply_overrides(config, {"main.limits.max_context": 1024, "sub.limits.max_context": 160,
+                           "sub.limits.shortest_train_length": 64})
+  assert train_lengths(config.main.limits) == (1024,)
+  assert train_lengths(config.sub.limits) == (64, 128, 160)
+  apply_overrides(config, {"main.limits.shortest_train_length": 128})
+  assert train_lengths(config.main.limits) == (128, 256, 512, 1024)
