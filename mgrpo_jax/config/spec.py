@@ -20,7 +20,7 @@ MODEL_PRESETS = ("tiny", "small", "smollm2_135m", "qwen2_5_0_5b", "qwen2_5_7b", 
 # Presets loaded with pretrained weights (the others start from a seeded init).
 PRETRAINED_PRESETS = ("smollm2_135m",)
 # The attention kernels a model may use (`mgrpo_jax.models.config.ATTENTION_IMPLEMENTATIONS`).
-ATTENTION_IMPLEMENTATIONS = ("auto", "xla", "cudnn")
+ATTENTION_IMPLEMENTATIONS = ("auto", "xla", "cudnn", "splash")
 
 
 class _Names(Protocol):
@@ -83,10 +83,12 @@ def _agent_spec(role: str, preset: str) -> dict[str, Any]:
                                  allow_empty=False),
           "dtype": Field("float32", "Activation dtype.", choices=("float32", "bfloat16")),
           "scan_layers": Field(False, "Scan over layers (faster compiles for deep models)."),
-          "attention": Field("auto", "Attention kernel of jax.nn.dot_product_attention: auto "
-                             "(cuDNN flash attention on a GPU where its dtype and shape rules "
-                             "allow, XLA elsewhere; TPUs use XLA), xla, or cudnn (GPU, "
-                             "bfloat16 only).", choices=ATTENTION_IMPLEMENTATIONS),
+          "attention": Field("auto", "Attention kernel: auto (cuDNN flash attention on a "
+                             "GPU and Pallas splash attention on a TPU where their dtype and "
+                             "shape rules allow, XLA elsewhere), xla, cudnn (GPU, bfloat16 "
+                             "only), or splash (TPU: every full-sequence pass, whose length "
+                             "must be a multiple of 128; calls over a KV cache use XLA).",
+                             choices=ATTENTION_IMPLEMENTATIONS),
           "smeared_keys": Field(False, "Keys mix in the previous token's key (Olsson et al. "
                                 "2022): small models trained from scratch learn to copy "
                                 "names and numbers from their context within a few hundred "

@@ -18,8 +18,9 @@ from typing import Any
 
 import jax.numpy as jnp
 
-# Values of `ModelConfig.attention` (the implementation of `jax.nn.dot_product_attention`).
-ATTENTION_IMPLEMENTATIONS = ("auto", "xla", "cudnn")
+# Values of `ModelConfig.attention`: the kernels of `jax.nn.dot_product_attention` (xla,
+# cudnn) and Pallas splash attention (splash, TPU); see `layers.attention_implementation`.
+ATTENTION_IMPLEMENTATIONS = ("auto", "xla", "cudnn", "splash")
 
 # Logical axis names carried by the parameters (see `sharding.py`).
 LogicalRules = tuple[tuple[str, str | tuple[str, ...] | None], ...]
@@ -72,9 +73,12 @@ class ModelConfig:
       thousands of steps to form. Off for pretrained checkpoints (they have no such
       parameter).
     attention: the attention kernel, one of `ATTENTION_IMPLEMENTATIONS`: "xla" (any
-      platform), "cudnn" (cuDNN flash attention; CUDA GPUs, 16-bit dtypes), or "auto"
-      (cuDNN on a GPU where its shape and dtype rules allow, XLA elsewhere, TPU included;
-      see `layers.attention_implementation`). Numerics are the same up to rounding.
+      platform), "cudnn" (cuDNN flash attention; CUDA GPUs, 16-bit dtypes), "splash"
+      (Pallas splash attention; TPUs, float32 or bfloat16, for the full-sequence passes
+      with a length that is a multiple of 128; calls over a KV cache use XLA), or "auto"
+      (splash on a TPU, cuDNN on a GPU, each where its shape and dtype rules allow; XLA
+      elsewhere; see `layers.attention_implementation`). Numerics are the same up to
+      rounding.
     dtype: activation / matmul dtype.
     param_dtype: storage dtype of the parameters.
     sharding_rules: logical axis name -> mesh axis (or None: replicated).

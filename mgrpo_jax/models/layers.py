@@ -9,9 +9,10 @@ into halves (x1, x2) and rotated as (x1 cos - x2 sin, x2 cos + x1 sin). llama.cp
 GGUF files store q/k rows permuted for the interleaved-pair convention; the GGUF
 loader un-permutes them so that this one convention serves every weight source.
 
-Attention is `jax.nn.dot_product_attention`; `ModelConfig.attention` picks its
-implementation: cuDNN flash attention on a CUDA GPU, XLA elsewhere. On a TPU it runs
-through XLA today (Pallas splash attention is not wired in).
+Attention is `jax.nn.dot_product_attention` (XLA or cuDNN flash attention) or, on a
+TPU, the Pallas splash-attention kernel; `ModelConfig.attention` picks one
+(`attention_implementation`). Splash attention serves the full-sequence calls (T == S:
+the trainer's forward and backward passes); calls over a KV cache run through XLA.
 """
 
 from __future__ import annotations
@@ -23,8 +24,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.experimental.pallas.ops.tpu import splash_attention as splash
+from jax.sharding import PartitionSpec
 
 from mgrpo_jax.models.config import ModelConfig, RopeScaling
+from mgrpo_jax.models.sharding import ACTIVATION_RULES, logical_to_mesh_spec
+
+# Splash attention tiles the sequence in blocks of a multiple of this many tokens.
+SPLASH_BLOCK = 128
+# Run the splash kernel in the Pallas interpreter (any backend) instead of lowering it
+# for the TPU. Tests set it; production code never does.
+_SPLASH_INTERPRET = False
 
 
 def logical_param(rngs: nnx.Rngs, init: Any, shape: Sequence[int], dtype: Any,
@@ -102,39 +112,134 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
 
 def attention_implementation(choice: str, dtype: Any, head_dim: int, query_len: int,
                              key_len: int) -> str:
-  """The `jax.nn.dot_product_attention` implementation that `choice` selects.
+  """The attention kernel that `choice` selects for one call: "xla", "cudnn" or "splash".
 
-  "auto" takes cuDNN flash attention on a CUDA GPU when it applies: 16-bit activations,
-  head_dim a multiple of 8 and at most 128, and query and key lengths even and longer
-  than one (a decode step, T = 1, stays on XLA); XLA everywhere else (CPU, TPU).
+  "xla" and "cudnn" stand as chosen. "splash" serves every full-sequence call (query
+  length == key length) and raises ValueError where it cannot (`_splash_unfit`); a call
+  over a KV cache (a prefill into a longer cache, a decode step) runs through XLA, so
+  one config serves both the trainer and the sampler. "auto" takes
+    - splash on a TPU where it applies and head_dim is a multiple of 128 (the head
+      sizes the kernel's own TPU tests cover);
+    - cuDNN flash attention on a CUDA GPU when it applies: 16-bit activations, head_dim
+      a multiple of 8 and at most 128, and query and key lengths even and longer than
+      one (a decode step, T = 1, stays on XLA);
+    - XLA everywhere else (CPU, decode steps).
   """
+  if choice == "splash":
+    if query_len != key_len:
+      return "xla"
+    reason = _splash_unfit(dtype, query_len)
+    if reason is not None:
+      raise ValueError(f"model.attention='splash': splash attention {reason}")
+    return "splash"
   if choice != "auto":
     return choice
+  if jax.default_backend() == "tpu":
+    splash_ok = (query_len == key_len and head_dim % 128 == 0
+                 and _splash_unfit(dtype, query_len) is None)
+    return "splash" if splash_ok else "xla"
   cudnn_ok = (jax.default_backend() == "gpu" and jnp.dtype(dtype).itemsize == 2
               and head_dim % 8 == 0 and head_dim <= 128 and query_len > 1
               and query_len % 2 == 0 and key_len % 2 == 0)
   return "cudnn" if cudnn_ok else "xla"
 
 
+def _splash_unfit(dtype: Any, length: int) -> str | None:
+  """Why splash attention cannot serve a self-attention call over `length` tokens, or
+  None when it can."""
+  if jax.default_backend() != "tpu" and not _SPLASH_INTERPRET:
+    return f"runs on TPUs only, this is a {jax.default_backend()} backend"
+  if jnp.dtype(dtype) not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16)):
+    return f"needs float32 or bfloat16 activations, got {jnp.dtype(dtype).name}"
+  if length % SPLASH_BLOCK:
+    return (f"needs a sequence length that is a multiple of {SPLASH_BLOCK} (its block "
+            f"size), got {length}")
+  if jax.sharding.get_abstract_mesh().empty and jax.device_count() > 1:
+    return (f"on {jax.device_count()} devices needs the device mesh set with "
+            "`jax.set_mesh` (the kernel runs per shard, under `jax.shard_map`)")
+  return None
+
+
 def grouped_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
                       implementation: str) -> jax.Array:
-  """Grouped-query attention through `jax.nn.dot_product_attention`.
+  """Grouped-query attention: `jax.nn.dot_product_attention` or splash attention.
 
   Args:
     q: [B, T, N, H] queries (RoPE applied).
     k: [B, S, K, H] keys (RoPE applied).
     v: [B, S, K, H] values.
-    mask: bool [B, T, S], True where query t may attend to key s. A query with no
-      valid key (a left-padding slot) gets a uniform distribution, not NaN.
-    implementation: "auto", "xla" or "cudnn" (`attention_implementation`).
+    mask: bool [B or 1, T, S], True where query t may attend to key s. A query with no
+      valid key (a left-padding slot) gets a uniform distribution, not NaN. Splash
+      attention (T == S) reads the mask as the model builds it, causal AND key-is-real:
+      the kernel gets a causal mask and the key validity (the last query row) as
+      segment ids, so a padding query attends to the padding keys up to it instead.
+    implementation: "auto", "xla", "cudnn" or "splash" (`attention_implementation`).
 
   Returns:
     [B, T, N * H], softmax computed in float32.
   """
   b, t, n, h = q.shape
   chosen = attention_implementation(implementation, q.dtype, h, t, k.shape[1])
-  out = jax.nn.dot_product_attention(q, k, v, mask=mask[:, None], implementation=chosen)
+  if chosen == "splash":
+    out = _splash_attention(q, k, v, jnp.broadcast_to(mask[:, -1, :], (b, t)))
+  else:
+    out = jax.nn.dot_product_attention(q, k, v, mask=mask[:, None], implementation=chosen)
   return out.reshape(b, t, n * h)
+
+
+def _splash_attention(q: jax.Array, k: jax.Array, v: jax.Array,
+                      key_valid: jax.Array) -> jax.Array:
+  """Causal splash attention, per shard of the mesh set with `jax.set_mesh` if any.
+
+  Rows shard over the mesh's batch axes and heads over `tensor` (when N and K both
+  divide by its size, so each shard keeps whole groups), as `ACTIVATION_RULES` say.
+
+  Args:
+    q: [B, T, N, H] queries; k, v: [B, T, K, H]; key_valid: bool [B, T].
+
+  Returns:
+    [B, T, N, H].
+  """
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty:
+    return _splash_local(q, k, v, key_valid)
+  batch = logical_to_mesh_spec(("batch",), q.shape[:1], ACTIVATION_RULES, mesh)[0]
+  q_heads = logical_to_mesh_spec(("act_heads",), q.shape[2:3], ACTIVATION_RULES, mesh)[0]
+  kv_heads = logical_to_mesh_spec(("act_kv",), k.shape[2:3], ACTIVATION_RULES, mesh)[0]
+  heads = q_heads if q_heads == kv_heads else None
+  qkv = PartitionSpec(batch, None, heads, None)
+  # check_vma off: the kernel's output shapes declare no mesh axes they vary over.
+  return jax.shard_map(_splash_local, mesh=mesh, in_specs=(qkv, qkv, qkv, PartitionSpec(batch)),
+                       out_specs=qkv, check_vma=False)(q, k, v, key_valid)
+
+
+def _splash_local(q: jax.Array, k: jax.Array, v: jax.Array,
+                  key_valid: jax.Array) -> jax.Array:
+  """Causal splash attention on one device: q [B, T, N, H], k/v [B, T, K, H], key_valid
+  bool [B, T] -> [B, T, N, H].
+
+  Real tokens form segment 1 and padding segment 0, so a real query sees exactly the
+  real keys up to it. Query head n reads kv head n // (N / K), as in
+  `jax.nn.dot_product_attention`. q is scaled by 1/sqrt(H) (the kernel does not scale).
+  """
+  _, t, n, h = q.shape
+  block = next(size for size in (512, 256, SPLASH_BLOCK) if t % size == 0)
+  kernel = splash.make_splash_mha(
+      splash.MultiHeadMask([splash.CausalMask((t, t))] * n),
+      block_sizes=splash.BlockSizes(
+          block_q=block, block_kv=block, block_kv_compute=block, block_q_dkv=block,
+          block_kv_dkv=block, block_kv_dkv_compute=block, block_q_dq=block, block_kv_dq=block),
+      head_shards=1, q_seq_shards=1, interpret=_SPLASH_INTERPRET)
+  segments = key_valid.astype(jnp.int32)
+  scaled = (q.astype(jnp.float32) * (1.0 / np.sqrt(h))).astype(q.dtype)
+
+  def one_row(q1, k1, v1, segments1):  # [N, T, H], [K, T, H], [K, T, H], [T]
+    return kernel(q1, k1, v1, segment_ids=splash.SegmentIds(q=segments1, kv=segments1))
+
+  heads_first = (0, 2, 1, 3)
+  out = jax.vmap(one_row)(scaled.transpose(heads_first), k.transpose(heads_first),
+                          v.transpose(heads_first), segments)
+  return out.transpose(heads_first)
 
 
 class KVSlots:

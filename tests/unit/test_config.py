@@ -107,7 +107,7 @@ def test_wrong_type_is_rejected_naming_the_key(key, value, message):
     ("main.loss.aggregation", "sum", r"'main\.loss\.aggregation': expected one of"),
     ("experiment.run_id", "", r"'experiment\.run_id': expected a str \(not empty\)"),
     ("main.model.attention", "flash", r"'main\.model\.attention': expected one of 'auto', "
-     r"'xla', 'cudnn', got 'flash'"),
+     r"'xla', 'cudnn', 'splash', got 'flash'"),
     ("main.model.logprob_chunk", -1, r"'main\.model\.logprob_chunk': expected a int >= 0"),
     ("sub.model.remat", "all", r"'sub\.model\.remat': expected one of 'none', 'full', 'dots'"),
 ])
