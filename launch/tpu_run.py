@@ -113,6 +113,11 @@ _DRY_RUN_HBM_GIB = flags.DEFINE_float(
     "dry_run_hbm_gib", 0.0,
     "With --dry_run: the accelerator memory per chip in GiB to check the peaks against "
     "(v5e 16, v4 32, v5p 95, H200 141); 0: no check.", lower_bound=0.0)
+_DRY_RUN_PLATFORM = flags.DEFINE_enum(
+    "dry_run_platform", "tpu", ["tpu", "gpu", "cpu"],
+    "With --dry_run: the platform the run will use, which decides the attention kernel "
+    "<agent>.model.attention takes there (splash on a TPU, cuDNN on a GPU where they "
+    "apply, else XLA) and so the attention line of the plan.")
 _COORDINATOR_ADDRESS = flags.DEFINE_string(
     "coordinator_address", "",
     "Multi-host slices: '' (one process), 'auto' (jax.distributed.initialize() finds the "
@@ -168,7 +173,7 @@ def _dry_run(config) -> None:
 
   roles = ("main", "sub") if _SLICE.value == "all" else (_SLICE.value,)
   try:
-    plans = plan_from_config(config, roles)
+    plans = plan_from_config(config, roles, platform=_DRY_RUN_PLATFORM.value)
   except ValueError as e:
     _fail(f"--dry_run: {e}")
   sys.stdout.write("\n\n".join(format_plan(plan, _DRY_RUN_HBM_GIB.value) for plan in plans)

@@ -111,8 +111,12 @@ def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
 
 
 def attention_implementation(choice: str, dtype: Any, head_dim: int, query_len: int,
-                             key_len: int) -> str:
+                             key_len: int, *, backend: str | None = None) -> str:
   """The attention kernel that `choice` selects for one call: "xla", "cudnn" or "splash".
+
+  `backend` is the platform to decide for ("cpu", "gpu", "tpu"); by default this
+  process's, whose devices and mesh are then checked too. A planner names another
+  platform, and the call is decided as if a mesh were set there.
 
   "xla" and "cudnn" stand as chosen. "splash" serves every full-sequence call (query
   length == key length) and raises ValueError where it cannot (`_splash_unfit`); a call
@@ -125,36 +129,39 @@ def attention_implementation(choice: str, dtype: Any, head_dim: int, query_len: 
       one (a decode step, T = 1, stays on XLA);
     - XLA everywhere else (CPU, decode steps).
   """
+  here = backend is None
+  backend = jax.default_backend() if here else backend
   if choice == "splash":
     if query_len != key_len:
       return "xla"
-    reason = _splash_unfit(dtype, query_len)
+    reason = _splash_unfit(dtype, query_len, backend, check_devices=here)
     if reason is not None:
       raise ValueError(f"model.attention='splash': splash attention {reason}")
     return "splash"
   if choice != "auto":
     return choice
-  if jax.default_backend() == "tpu":
+  if backend == "tpu":
     splash_ok = (query_len == key_len and head_dim % 128 == 0
-                 and _splash_unfit(dtype, query_len) is None)
+                 and _splash_unfit(dtype, query_len, backend, check_devices=here) is None)
     return "splash" if splash_ok else "xla"
-  cudnn_ok = (jax.default_backend() == "gpu" and jnp.dtype(dtype).itemsize == 2
+  cudnn_ok = (backend == "gpu" and jnp.dtype(dtype).itemsize == 2
               and head_dim % 8 == 0 and head_dim <= 128 and query_len > 1
               and query_len % 2 == 0 and key_len % 2 == 0)
   return "cudnn" if cudnn_ok else "xla"
 
 
-def _splash_unfit(dtype: Any, length: int) -> str | None:
-  """Why splash attention cannot serve a self-attention call over `length` tokens, or
-  None when it can."""
-  if jax.default_backend() != "tpu" and not _SPLASH_INTERPRET:
-    return f"runs on TPUs only, this is a {jax.default_backend()} backend"
+def _splash_unfit(dtype: Any, length: int, backend: str, *,
+                  check_devices: bool = True) -> str | None:
+  """Why splash attention cannot serve a self-attention call over `length` tokens on
+  `backend`, or None when it can (`check_devices`: also this process's devices)."""
+  if backend != "tpu" and not _SPLASH_INTERPRET:
+    return f"runs on TPUs only, this is a {backend} backend"
   if jnp.dtype(dtype) not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16)):
     return f"needs float32 or bfloat16 activations, got {jnp.dtype(dtype).name}"
   if length % SPLASH_BLOCK:
     return (f"needs a sequence length that is a multiple of {SPLASH_BLOCK} (its block "
             f"size), got {length}")
-  if jax.sharding.get_abstract_mesh().empty and jax.device_count() > 1:
+  if check_devices and jax.sharding.get_abstract_mesh().empty and jax.device_count() > 1:
     return (f"on {jax.device_count()} devices needs the device mesh set with "
             "`jax.set_mesh` (the kernel runs per shard, under `jax.shard_map`)")
   return None

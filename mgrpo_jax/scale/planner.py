@@ -15,23 +15,30 @@ dimension (rows over data*fsdp, heads and vocabulary over tensor when they divid
                 counters, train step and PRNG key.
   gradients     one float32 copy of the parameters' shards (two with micro-batching:
                 the accumulator and the micro-batch's gradient).
-  activations   saved for the backward pass, as per-layer rematerialisation keeps them:
-                rows/a x T x D x L x b   (rows = micro-batch rows, T = sequence length).
-  attention     every layer's float32 scores and softmax probabilities, as
-                XLA attention materialises them and the backward pass keeps them
-                (no rematerialisation): 2 x L x rows/a x N/a x T x T x 4. Calibration:
-                SmolLM2-135M, 1 row x 4096 tokens per pass: 33.8 GiB of a planned
-                37.1 GiB train peak, against 52.2 GiB measured for the whole update on
-                an H200 (XLA keeps more temporaries than these lines count).
-  logits        one float32 [rows/a, T, V/a] copy (the log-prob computation).
+  activations   saved for the backward pass, per token per layer, by `<agent>.model.remat`
+                (b = activation bytes; F = SwiGLU width):
+                  full  D x b (each block's input; the block is recomputed);
+                  dots  (3D + N*H + 2K*H + 2F) x b (also its matmul outputs);
+                  none  dots + (4D + 2F + N*H) x 4 (also the float32 norms, RoPE and
+                        softmax intermediates);
+                times rows/a x T x L.
+  attention     the kernel a full-sequence pass runs on the planned platform
+                (`layers.attention_implementation`, `--dry_run_platform`):
+                  xla          float32 scores and softmax probabilities [rows/a, N/a, T, T]:
+                               every layer's (2L, plus one layer's gradient) unless
+                               remat = full, which keeps three at a time;
+                  cudnn/splash the flash kernels keep no T x T tensor, only the softmax
+                               statistics, L x [rows/a, N/a, T] float32.
+  logits        float32 [rows/a, c, V/a] of one LM-head chunk and its gradient, c =
+                `<agent>.model.logprob_chunk` (capped at T); with chunk 0, one copy of the
+                whole [rows/a, T, V/a].
   kv cache      2 x L x K/a x H x context x decode_batch/a x b (rollouts; the
                 cache's rule: batch over data*fsdp, kv heads over tensor).
   train peak    parameters + optimizer + gradients + activations + attention + logits.
   rollout peak  parameters + optimizer + kv cache (the state stays resident).
-The activation lines are estimates (XLA's buffer assignment decides the real peak);
-the state lines are exact. The model does not rematerialise its blocks yet; until it
-does, the saved activations are several [rows, T, D] and [rows, T, F] tensors per layer,
-so that line is a floor.
+The state lines are exact; the activation lines are estimates (XLA's buffer assignment
+decides the real peak), calibrated on one H200 against SmolLM2-135M's measured update
+peaks (docs/SCALING.md section 3).
 """
 
 from __future__ import annotations
@@ -50,10 +57,12 @@ from jax.sharding import AbstractMesh, NamedSharding, PartitionSpec
 
 from mgrpo_jax.models.config import PRESETS, ModelConfig, get_config
 from mgrpo_jax.models.kv_cache import init_cache
+from mgrpo_jax.models.layers import attention_implementation
 from mgrpo_jax.models.sharding import (
     HIDDEN_AXES,
     LOGITS_AXES,
     MESH_AXES,
+    MLP_AXES,
     activation_sharding,
     kv_cache_shardings,
     param_shardings,
@@ -78,6 +87,8 @@ class Workload:
     seq_len: T, tokens per training sequence.
     decode_batch: sequences decoded at once during rollouts.
     context: KV-cache slots per decoded sequence.
+    logprob_chunk: positions per LM-head chunk of the log-probs (0: all T at once).
+    remat: what each block keeps for the backward pass ("none", "dots", "full").
   """
 
   train_rows: int
@@ -85,6 +96,8 @@ class Workload:
   seq_len: int
   decode_batch: int
   context: int
+  logprob_chunk: int = 0
+  remat: str = "none"
 
   @property
   def rows_per_pass(self) -> int:
@@ -122,6 +135,8 @@ class MemoryPlan:
   model: ModelConfig
   mesh: MeshConfig
   workload: Workload
+  platform: str
+  attention_kernel: str
   groups: tuple[ParameterGroup, ...]
   parameters: int
   optimizer: int
@@ -216,9 +231,39 @@ def _activation_bytes(axes: tuple[str, ...], shape: tuple[int, ...], mesh: Abstr
   return shard_bytes(jax.ShapeDtypeStruct(shape, dtype, sharding=sharding))
 
 
+def saved_activation_bytes(config: ModelConfig, remat: str, rows: int, length: int,
+                           mesh: AbstractMesh) -> int:
+  """Bytes one layer keeps per device for the backward pass (module docstring), each
+  tensor split as its activation rule says ([rows, T, D] over the rows; the head- and
+  F-wide ones also over `tensor`)."""
+  c = config
+
+  def width(axes: tuple[str | None, ...], shape: tuple[int, ...], dtype: Any) -> int:
+    return _activation_bytes((*HIDDEN_AXES[:2], *axes), (rows, length, *shape), mesh, dtype)
+
+  def layer(dtype: Any) -> tuple[int, int, int, int]:  # [T, D], [T, N*H], [T, K*H], [T, F]
+    return (width(HIDDEN_AXES[2:], (c.hidden_size,), dtype),
+            width(("act_heads", None), (c.num_heads, c.head_dim), dtype),
+            width(("act_kv", None), (c.num_kv_heads, c.head_dim), dtype),
+            width(MLP_AXES[2:], (c.intermediate_size,), dtype))
+
+  d, q, kv, f = layer(c.dtype)
+  dots = 3 * d + q + 2 * kv + 2 * f
+  d32, q32, _, f32 = layer(jnp.float32)
+  saved = {"full": d, "dots": dots, "none": dots + 4 * d32 + 2 * f32 + q32}
+  if remat not in saved:
+    raise ValueError(f"model.remat must be one of {tuple(saved)}, got {remat!r}")
+  return saved[remat]
+
+
 def plan_memory(role: str, model_name: str, model_config: ModelConfig, mesh_config: MeshConfig,
-                tx: optax.GradientTransformation, workload: Workload) -> MemoryPlan:
-  """The per-device memory of one agent (module docstring: what each line counts)."""
+                tx: optax.GradientTransformation, workload: Workload, *,
+                platform: str = "tpu") -> MemoryPlan:
+  """The per-device memory of one agent (module docstring: what each line counts).
+
+  `platform` ("tpu", "gpu" or "cpu") decides which attention kernel `model.attention`
+  takes there, as a run on that platform would with its mesh set.
+  """
   mesh = abstract_mesh(mesh_config)
   state = abstract_train_state(model_config, tx, mesh)
   c, w = model_config, workload
@@ -228,22 +273,32 @@ def plan_memory(role: str, model_name: str, model_config: ModelConfig, mesh_conf
       shard_bytes(jax.ShapeDtypeStruct(p.shape, jnp.float32, sharding=p.sharding))
       for p in jax.tree.leaves(state.params))
   rows, t = w.rows_per_pass, w.seq_len
-  hidden = _activation_bytes(HIDDEN_AXES, (rows, t, c.hidden_size), mesh, c.dtype)
-  attention = _activation_bytes(("batch", "act_heads", "length", "length"),
-                                (rows, c.num_heads, t, t), mesh, jnp.float32)
-  logits = _activation_bytes(LOGITS_AXES, (rows, t, c.vocab_size), mesh, jnp.float32)
+  kernel = attention_implementation(c.attention, c.dtype, c.head_dim, t, t, backend=platform)
+  if kernel == "xla":
+    scores = _activation_bytes(("batch", "act_heads", "length", "length"),
+                               (rows, c.num_heads, t, t), mesh, jnp.float32)
+    attention = scores * (3 if w.remat == "full" else 2 * c.num_layers + 1)
+  else:
+    attention = c.num_layers * _activation_bytes(("batch", "act_heads", "length"),
+                                                 (rows, c.num_heads, t), mesh, jnp.float32)
+  if w.logprob_chunk:
+    logits = 2 * _activation_bytes(LOGITS_AXES, (rows, min(w.logprob_chunk, t), c.vocab_size),
+                                   mesh, jnp.float32)
+  else:
+    logits = _activation_bytes(LOGITS_AXES, (rows, t, c.vocab_size), mesh, jnp.float32)
   cache = jax.eval_shape(lambda: init_cache(c, w.decode_batch, w.context))
   cache_sharding = kv_cache_shardings(cache, mesh)
   kv_cache = sum(shard_bytes(jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s))
                  for x, s in ((cache.k, cache_sharding.k), (cache.v, cache_sharding.v)))
   return MemoryPlan(
       role=role, model_name=model_name, model=c, mesh=mesh_config, workload=w,
+      platform=platform, attention_kernel=kernel,
       groups=parameter_groups(state.params), parameters=parameters,
       optimizer=tree_bytes_per_device(state.opt_state) + shard_bytes(state.step)
       + shard_bytes(state.rng),
-      gradients=gradients, activations=hidden * c.num_layers,
-      attention=2 * c.num_layers * attention,
-      logits=logits, kv_cache=kv_cache)
+      gradients=gradients,
+      activations=c.num_layers * saved_activation_bytes(c, w.remat, rows, t, mesh),
+      attention=attention, logits=logits, kv_cache=kv_cache)
 
 
 def agent_model_config(agent: Any, role: str) -> tuple[str, ModelConfig]:
@@ -273,12 +328,15 @@ def agent_workload(config: Any, role: str) -> Workload:
   rows = rollouts if role == "main" else rollouts * int(mgrpo["aligned_sub_calls"])
   context = int(agent["limits"]["max_context"])
   return Workload(train_rows=rows, micro_batch_size=int(agent["optim"]["micro_batch_size"]),
-                  seq_len=context, decode_batch=rollouts, context=context)
+                  seq_len=context, decode_batch=rollouts, context=context,
+                  logprob_chunk=int(agent["model"]["logprob_chunk"]),
+                  remat=str(agent["model"]["remat"]))
 
 
-def plan_from_config(config: Any, roles: tuple[str, ...] = ("main", "sub")
-                     ) -> list[MemoryPlan]:
-  """One `MemoryPlan` per agent of a run config, on the meshes its `<role>.mesh` names."""
+def plan_from_config(config: Any, roles: tuple[str, ...] = ("main", "sub"), *,
+                     platform: str = "tpu") -> list[MemoryPlan]:
+  """One `MemoryPlan` per agent of a run config, on the meshes its `<role>.mesh` names,
+  for a run on `platform`."""
   plans = []
   for role in roles:
     if role not in ROLES:
@@ -288,7 +346,8 @@ def plan_from_config(config: Any, roles: tuple[str, ...] = ("main", "sub")
     optim = OptimizerConfig.from_config(agent["optim"],
                                         total_steps=int(config["experiment"]["num_steps"]))
     plans.append(plan_memory(role, name, model_config, MeshConfig.from_config(agent["mesh"]),
-                             make_optimizer(optim), agent_workload(config, role)))
+                             make_optimizer(optim), agent_workload(config, role),
+                             platform=platform))
   return plans
 
 
@@ -306,6 +365,8 @@ def format_plan(plan: MemoryPlan, hbm_gib: float = 0.0) -> str:
       f"mesh data={m.data} fsdp={m.fsdp} tensor={m.tensor} ({m.size} devices); "
       f"train {w.train_rows} rows x {w.seq_len} tokens (micro-batch {w.rows_per_pass}), "
       f"decode {w.decode_batch} x {w.context} slots",
+      f"on {plan.platform}: attention {plan.attention_kernel}, remat {w.remat}, "
+      f"log-prob chunk {w.logprob_chunk or 'none'}",
       "",
       f"{'parameter group':<34} {'count':>5}  {'global shape':<18} {'PartitionSpec':<24} "
       f"{'shard shape':<16} {'bytes/device':>15}",
@@ -315,7 +376,7 @@ def format_plan(plan: MemoryPlan, hbm_gib: float = 0.0) -> str:
                  f"{str(g.shard_shape):<16} {g.bytes_per_device:>15,}")
   rows = [("parameters", plan.parameters), ("optimizer state", plan.optimizer),
           ("gradients", plan.gradients), ("activations (saved)", plan.activations),
-          ("attention scores (all layers)", plan.attention), ("logits", plan.logits),
+          ("attention", plan.attention), ("logits", plan.logits),
           ("kv cache", plan.kv_cache), ("train peak", plan.train_peak),
           ("rollout peak", plan.rollout_peak)]
   lines += ["", f"{'memory per device':<34} {'bytes':>17} {'GiB':>10}"]

@@ -25,7 +25,7 @@ def test_qwen2_5_7b_on_64_chips_prints_the_analytic_parameter_bytes():
   proc = dry_run("--slice=main", "--config.main.model.preset=qwen2_5_7b",
                  "--config.main.model.dtype=bfloat16", "--config.main.mesh.fsdp=16",
                  "--config.main.mesh.tensor=4", "--config.main.limits.max_context=32768",
-                 "--dry_run_hbm_gib=95")
+                 "--dry_run_hbm_gib=95", "--dry_run_platform=tpu")
   assert proc.returncode == 0, proc.stderr
   out = proc.stdout
   assert "mesh data=1 fsdp=16 tensor=4 (64 devices)" in out
@@ -42,10 +42,13 @@ def test_qwen2_5_7b_on_64_chips_prints_the_analytic_parameter_bytes():
   assert re.search(r"layers\.\*\.mlp\.down_proj\.kernel\s+28\s+\(18944, 3584\)\s+"
                    r"P\('tensor', 'fsdp'\)\s+\(4736, 224\)", out)
   assert re.search(r"embedding\s+1\s+\(152064, 3584\)\s+P\('tensor', 'fsdp'\)", out)
-  # A 32768-token row materializes 2 x 28 layers x 7 heads x 32768^2 float32 scores per
-  # device (about 1.6 TB): without rematerialisation or a fused attention kernel, no chip
-  # holds it, and the planner says so.
-  assert _bytes(out, "attention scores (all layers)") == 2 * 28 * 7 * 32768 * 32768 * 4
+  # head_dim 128, 32768 tokens, bfloat16: splash attention on a TPU, which keeps the
+  # softmax statistics of each layer, 28 x 1 row x 7 heads x 32768 float32 per device,
+  # where XLA's scores would be 57 x 7 x 32768^2 x 4 bytes (about 1.7 TB).
+  assert "on tpu: attention splash, remat none, log-prob chunk 64" in out
+  assert _bytes(out, "attention") == 28 * 7 * 32768 * 4
+  # Without rematerialisation a 32k row's saved activations alone exceed a v5p chip.
+  assert _bytes(out, "activations (saved)") > 95 * 2**30
   assert re.search(r"peak vs 95 GiB HBM\s+[\d.]+%\s+does NOT fit", out)
 
 

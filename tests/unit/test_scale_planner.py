@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -81,10 +82,17 @@ def test_activation_lines_follow_the_documented_formulas():
   plan = plan_memory("main", "tiny", CONFIG, MeshConfig(data=2, fsdp=2, tensor=2), TX,
                      WORKLOAD)
   c = CONFIG
-  assert plan.activations == 2 * 16 * c.hidden_size * c.num_layers * 4
-  # Scores and probabilities of every layer: 2 x L x rows x heads x T x T float32.
-  assert plan.attention == 2 * c.num_layers * 2 * (c.num_heads // 2) * 16 * 16 * 4
-  assert plan.logits == 2 * 16 * (c.vocab_size // 2) * 4
+  # Widths per device: D whole; heads, kv heads and F split over tensor = 2.
+  d, f, heads, kv = c.hidden_size, c.intermediate_size // 2, c.num_heads * c.head_dim // 2, \
+      c.num_kv_heads * c.head_dim // 2
+  dots = (3 * d + heads + 2 * kv + 2 * f) * 4  # float32 activations
+  # No remat (the default): the matmul outputs and the float32 intermediates.
+  assert plan.activations == 2 * 16 * c.num_layers * (dots + (4 * d + 2 * f + heads) * 4)
+  # XLA attention (a CPU, or the tiny model's head_dim 16 on a TPU): the scores and
+  # probabilities of every layer plus one layer's gradient, [rows, heads, T, T] float32.
+  assert plan.attention_kernel == "xla"
+  assert plan.attention == (2 * c.num_layers + 1) * 2 * (c.num_heads // 2) * 16 * 16 * 4
+  assert plan.logits == 2 * 16 * (c.vocab_size // 2) * 4  # chunk 0: all T positions
   assert plan.kv_cache == 2 * c.num_layers * (c.num_kv_heads // 2) * c.head_dim * 32 * 2 * 4
   assert plan.gradients == plan.parameters  # float32 params, no micro-batching
   micro = plan_memory("main", "tiny", CONFIG, MeshConfig(data=2, fsdp=2, tensor=2), TX,
@@ -94,6 +102,50 @@ def test_activation_lines_follow_the_documented_formulas():
   assert micro.activations == plan.activations // 2  # 4 rows per pass: 1 per device
   assert plan.train_peak == (plan.parameters + plan.optimizer + plan.gradients
                              + plan.activations + plan.attention + plan.logits)
+
+
+@pytest.mark.parametrize("remat, per_token", [("full", 64 * 4),
+                                              ("dots", (3 * 64 + 128 + 2 * 64 + 2 * 128) * 4)])
+def test_remat_keeps_less_and_a_full_remat_keeps_three_score_tensors(remat, per_token):
+  workload = Workload(train_rows=8, seq_len=16, decode_batch=8, context=32, remat=remat,
+                      logprob_chunk=4)
+  plan = plan_memory("main", "tiny", CONFIG, MeshConfig(), TX, workload)
+  assert plan.activations == 8 * 16 * CONFIG.num_layers * per_token
+  scores = 8 * CONFIG.num_heads * 16 * 16 * 4
+  assert plan.attention == (3 if remat == "full" else 2 * CONFIG.num_layers + 1) * scores
+  # One LM-head chunk of 4 positions and its gradient, not [8, 16, V].
+  assert plan.logits == 2 * 8 * 4 * CONFIG.vocab_size * 4
+
+
+@pytest.mark.parametrize("platform, kernel", [("gpu", "cudnn"), ("tpu", "splash"),
+                                              ("cpu", "xla")])
+def test_flash_kernels_keep_softmax_statistics_not_scores(platform, kernel):
+  """bfloat16, head_dim 128, T = 256: cuDNN on a GPU, splash on a TPU, XLA on a CPU."""
+  config = get_config("tiny", head_dim=128, dtype=jnp.bfloat16)
+  workload = Workload(train_rows=4, seq_len=256, decode_batch=4, context=256)
+  plan = plan_memory("main", "tiny", config, MeshConfig(), TX, workload, platform=platform)
+  assert plan.attention_kernel == kernel
+  layers, heads = config.num_layers, config.num_heads
+  if kernel == "xla":
+    assert plan.attention == (2 * layers + 1) * 4 * heads * 256 * 256 * 4
+  else:
+    assert plan.attention == layers * 4 * heads * 256 * 4
+  assert f"on {platform}: attention {kernel}, remat none" in format_plan(plan)
+
+
+def test_smollm2_plan_is_calibrated_on_the_measured_update_peaks():
+  """One H200, 16 x 4096 in one-row micro-batches, bfloat16, scanned (docs/SCALING.md):
+  measured 6.8 / 3.9 / 2.8 GiB with cuDNN attention and remat none / dots / full, 4.3 GiB
+  with XLA attention and remat full."""
+  for attention, remat, measured in (("auto", "none", 6.8), ("auto", "dots", 3.9),
+                                     ("auto", "full", 2.8), ("xla", "full", 4.3)):
+    config = get_config("smollm2_135m", dtype=jnp.bfloat16, scan_layers=True,
+                        attention=attention)
+    workload = Workload(train_rows=16, micro_batch_size=1, seq_len=4096, decode_batch=16,
+                        context=4096, logprob_chunk=64, remat=remat)
+    plan = plan_memory("main", "smollm2_135m", config, MeshConfig(), TX, workload,
+                       platform="gpu")
+    assert plan.train_peak / 2**30 == pytest.approx(measured, abs=0.25), (attention, remat)
 
 
 def _qwen7b_param_bytes_per_device(fsdp: int, tensor: int) -> int:
