@@ -224,13 +224,13 @@ def main() -> None:
         f"({args.seq - args.prompt - 8 * (args.batch - 1)}-{args.seq - args.prompt} loss "
         f"tokens per row); median of {args.repeats} steps after the first")
   print(f"{'model':<14}{'params':>8}{'side':>14}{'first s':>9}{'step s':>8}{'tok/s':>9}"
-        f"{'loss@1':>11}{'|g|@1':>9}{'RSS GB':>8}")
+        f"{'loss@1':>11}{'|g|@1':>9}{'RSS GiB':>9}")
   for name, params, ours, peer in rows:
     for side, r in (("mgrpo_jax", ours), ("torch+HF", peer)):
       step_s = statistics.median(r["times"])
       print(f"{name:<14}{params / 1e6:>7.1f}M{side:>14}{r['first_s']:>9.1f}{step_s:>8.2f}"
             f"{tokens / step_s:>9.0f}{r['loss']:>11.5f}{r['grad_norm']:>9.4f}"
-            f"{r['peak_rss_gb']:>8.1f}")
+            f"{r['peak_rss_gb']:>9.2f}")
     ratio = statistics.median(peer["times"]) / statistics.median(ours["times"])
     print(f"{name:<14}{'':>8}{'ratio':>14}  mgrpo_jax / torch tokens/s = {ratio:.2f}x; "
           f"recompiles in timed steps: {ours['recompiles']}; torch threads {peer['threads']}; "

@@ -58,8 +58,16 @@ from mgrpo_jax.models.transformer import REMAT_POLICIES
 from mgrpo_jax.training.batching import TrainBatch
 from mgrpo_jax.training.mesh import replicated
 from mgrpo_jax.training.train_state import StateLayout, TrainState
+from mgrpo_jax.utils.host_memory import release_free_host_memory
 
 OLD_LOGP_SOURCES = ("sampler", "recompute")
+
+# XLA options of the update on a CPU mesh. The CPU compiler's default scheduler orders a
+# program for concurrency: it runs rematerialized blocks' recomputation early and holds
+# many layers' activations at once. The memory-minimizing one orders the same program
+# (the same results) to hold less: SmolLM2-135M at 8 x 256 takes 4.1 GiB of scratch
+# instead of 4.9 at the same speed, and 3.5 / 3.4 GiB with remat "dots" / "full".
+_CPU_COMPILER_OPTIONS = {"xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"}
 
 # How per-micro-batch metrics of `policy_loss` combine into batch metrics; any other
 # metric is a token mean and is combined weighted by its micro-batch's token count.
@@ -341,6 +349,20 @@ def batch_shardings(layout: StateLayout, num_rows: int) -> TrainBatch:
                     weights=rows1)
 
 
+def jit_update_step(layout: StateLayout, config: UpdateConfig, num_rows: int, *,
+                    learning_rate: optax.Schedule | None = None) -> Callable[..., Any]:
+  """One optimizer step `step(state, batch) -> (state, metrics)`, jitted, `state` donated.
+
+  What `make_update_fn` runs `config.iterations` times (arguments as there, unchecked);
+  `step.lower(state, batch).compile()` gives its XLA program and memory analysis.
+  """
+  options = _CPU_COMPILER_OPTIONS if layout.mesh.devices.flat[0].platform == "cpu" else None
+  return jax.jit(functools.partial(_update_step, layout, config, learning_rate),
+                 in_shardings=(layout.shardings, batch_shardings(layout, num_rows)),
+                 out_shardings=(layout.shardings, replicated(layout.mesh)),
+                 donate_argnums=0, compiler_options=options)
+
+
 def make_update_fn(layout: StateLayout, config: UpdateConfig, num_rows: int, *,
                    learning_rate: optax.Schedule | None = None
                    ) -> Callable[[TrainState, TrainBatch], tuple[TrainState, dict]]:
@@ -368,14 +390,18 @@ def make_update_fn(layout: StateLayout, config: UpdateConfig, num_rows: int, *,
   micro = config.micro_batch_size
   if micro and num_rows % micro:
     raise ValueError(f"micro_batch_size={micro} must divide the batch rows N={num_rows}")
-  step = jax.jit(functools.partial(_update_step, layout, config, learning_rate),
-                 in_shardings=(layout.shardings, batch_shardings(layout, num_rows)),
-                 out_shardings=(layout.shardings, replicated(layout.mesh)),
-                 donate_argnums=0)
+  step = jit_update_step(layout, config, num_rows, learning_rate=learning_rate)
+  compiled_lengths: set[int] = set()
 
   def update(state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict]:
     if batch.ids.ndim != 2 or batch.ids.shape[0] != num_rows:
       raise ValueError(f"batch.ids must be [N={num_rows}, T], got shape {batch.ids.shape}")
+    if batch.ids.shape[1] not in compiled_lengths:
+      # Compile first (the call below reuses the program), then hand the compiler's freed
+      # host memory back before the step allocates its buffers.
+      step.lower(state, batch).compile()
+      release_free_host_memory()
+      compiled_lengths.add(batch.ids.shape[1])
     if config.iterations == 1:
       return step(state, batch)
     batch = jax.device_put(batch, batch_shardings(layout, num_rows))  # moved once

@@ -1,4 +1,5 @@
-"""The jitted update: exact micro-batching, learning on a fixed batch, one compile per shape."""
+"""The jitted update: exact micro-batching, learning on a fixed batch, one compile per
+shape, rematerialization that saves memory on the CPU."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from mgrpo_jax.training import (
     make_optimizer,
     make_update_fn,
 )
+from mgrpo_jax.training.update import jit_update_step
 from mgrpo_jax.utils.compile_counter import CompileCounter
 
 N, T = 8, 16
@@ -138,6 +140,26 @@ def test_loss_decreases_and_favoured_tokens_gain_probability(setup):
   assert losses[-1] == pytest.approx(-1.28, abs=1e-5)
   assert float(metrics["clip_frac_high"]) == 1.0
   assert after > before + np.log(1.28) * 0.9, (before, after)
+
+
+def test_remat_cuts_the_scratch_of_the_cpu_update():
+  """Compiled scratch of one step (6 blocks, 8 x 128 tokens, one CPU device): "full" keeps
+  at most 0.85 of what "none" does (0.77 measured). With XLA's default CPU scheduler the
+  recomputed blocks were all live at once: 0.98 of "none"."""
+  mesh = create_mesh(MeshConfig(), jax.devices()[:1])
+  state, layout = create_train_state(init_model(get_config("tiny", num_layers=6), seed=0),
+                                     make_optimizer(OPTIM), mesh, seed=0)
+  rows, length = 8, 128
+  batch = TrainBatch(ids=np.zeros((rows, length), np.int32),
+                     loss_mask=np.ones((rows, length), np.float32),
+                     old_logp=np.zeros((rows, length), np.float32),
+                     advantages=np.ones(rows, np.float32), weights=np.ones(rows, np.float32))
+
+  def scratch_bytes(remat):
+    step = jit_update_step(layout, UpdateConfig(remat=remat), rows)
+    return step.lower(state, batch).compile().memory_analysis().temp_size_in_bytes
+
+  assert scratch_bytes("full") < 0.85 * scratch_bytes("none")
 
 
 def test_one_compile_per_batch_shape(setup):
