@@ -396,6 +396,12 @@ def make_update_fn(layout: StateLayout, config: UpdateConfig, num_rows: int, *,
   def update(state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict]:
     if batch.ids.ndim != 2 or batch.ids.shape[0] != num_rows:
       raise ValueError(f"batch.ids must be [N={num_rows}, T], got shape {batch.ids.shape}")
+    # Traced with the agent's mesh set, so that kernels which run per shard (splash
+    # attention under `shard_map`) find it; the program is otherwise the same.
+    with jax.set_mesh(layout.mesh):
+      return _steps(state, batch)
+
+  def _steps(state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict]:
     if batch.ids.shape[1] not in compiled_lengths:
       # Compile first (the call below reuses the program), then hand the compiler's freed
       # host memory back before the step allocates its buffers.
