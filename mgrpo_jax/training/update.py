@@ -399,21 +399,18 @@ def make_update_fn(layout: StateLayout, config: UpdateConfig, num_rows: int, *,
     # Traced with the agent's mesh set, so that kernels which run per shard (splash
     # attention under `shard_map`) find it; the program is otherwise the same.
     with jax.set_mesh(layout.mesh):
-      return _steps(state, batch)
-
-  def _steps(state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict]:
-    if batch.ids.shape[1] not in compiled_lengths:
-      # Compile first (the call below reuses the program), then hand the compiler's freed
-      # host memory back before the step allocates its buffers.
-      step.lower(state, batch).compile()
-      release_free_host_memory()
-      compiled_lengths.add(batch.ids.shape[1])
-    if config.iterations == 1:
-      return step(state, batch)
-    batch = jax.device_put(batch, batch_shardings(layout, num_rows))  # moved once
-    state, metrics = step(state, batch)
-    for _ in range(config.iterations - 1):
-      state, last = step(state, batch)
+      if batch.ids.shape[1] not in compiled_lengths:
+        # Compile first (the call below reuses the program), then hand the compiler's
+        # freed host memory back before the step allocates its buffers.
+        step.lower(state, batch).compile()
+        release_free_host_memory()
+        compiled_lengths.add(batch.ids.shape[1])
+      if config.iterations == 1:
+        return step(state, batch)
+      batch = jax.device_put(batch, batch_shardings(layout, num_rows))  # moved once
+      state, metrics = step(state, batch)
+      for _ in range(config.iterations - 1):
+        state, last = step(state, batch)
     return state, {**metrics, **{f"last_{k}": last[k] for k in _LAST_METRICS if k in last}}
 
   return update
