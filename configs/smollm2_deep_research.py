@@ -55,6 +55,14 @@ Presets (`--config=configs/smollm2_deep_research.py:<preset>`):
               chip, so pure data parallelism), T = 1536 for both agents and micro-
               batches of 8 rows, one row per chip per pass (9.7 GiB measured on the
               GPU for one such row with XLA attention, which a TPU runs); check with `--dry_run --dry_run_hbm_gib=16`.
+  gpu_demo    the demo's job for pretrained agents, on one GPU in about 10 minutes
+              (tools/accelerator_demo.sh): the tiny natural-language world's stage 1,
+              a warm start on 1,000 noisy-oracle demonstrations (2 epochs, lr 5e-5,
+              no copy curriculum: SmolLM2 copies), held-out evaluation (100 questions)
+              before and after RL, B = 8, K = 8, D = 3, lr 1e-5 (the paper's 1e-6
+              moves a 135M model little in tens of steps), short system prompts, pages
+              cut to 600 characters, contexts of 1536 (M) and 2048 (S) tokens with
+              training rows padded to doublings from 256.
   cpu_smoke   two RL steps on CPU (tests/integration/test_smollm2_smoke.py): B = 1,
               K = 2, D = 1, the tiny world and its stage-1 questions, float32
               activations (bfloat16 is no faster on CPU), one turn of at most 16 new
@@ -122,6 +130,39 @@ PRESETS = {
         **{f"{agent}.mesh.data": 8 for agent in AGENTS},
         **{f"{agent}.limits.max_context": 1536 for agent in AGENTS},
         **{f"{agent}.optim.micro_batch_size": 8 for agent in AGENTS},
+    },
+    "gpu_demo": {
+        "experiment.name": "smollm2_gpu_demo",
+        "experiment.run_id": "smollm2_gpu_demo",
+        "experiment.num_steps": 10,
+        "world.size": "tiny",
+        "prompts.system": "short",
+        "tools.search_top_n": 3,
+        "tools.visit_chars": 600,
+        "mgrpo.queries_per_step": 8,
+        "mgrpo.rollouts_per_query": 8,
+        "mgrpo.aligned_sub_calls": 3,
+        "mgrpo.max_sub_calls": 4,
+        "warm_start.enabled": True,
+        "warm_start.num_questions": 1000,
+        "warm_start.num_worlds": 50,
+        "warm_start.epochs": 2,
+        "warm_start.batch_rows": 16,
+        "warm_start.learning_rate": 5e-5,
+        "eval.enabled": True,
+        "eval.num_questions": 100,
+        "eval.samples": 2,
+        "eval.every": 10,
+        "serving.deadline_s": 120.0,
+        "main.sampling.max_new_tokens": 128,
+        "main.limits.max_turns": 5,
+        "main.limits.max_context": 1536,
+        "sub.sampling.max_new_tokens": 96,
+        "sub.limits.max_turns": 4,
+        "sub.limits.max_context": 2048,
+        **{f"{agent}.limits.shortest_train_length": 256 for agent in AGENTS},
+        **{f"{agent}.optim.learning_rate": 1e-5 for agent in AGENTS},
+        **{f"{agent}.optim.micro_batch_size": 16 for agent in AGENTS},
     },
     "cpu_smoke": {
         "experiment.name": "smollm2_cpu_smoke",

@@ -1,6 +1,8 @@
 """The evaluation stage: one held-out evaluation of a run, written once per label.
 
-It writes the summary to `<local>/eval/<label>.json` and, with `eval.viewer_questions`
+It writes the summary to `<local>/eval/<label>.json` (with the RL step it evaluated,
+when given: a run extended past that step evaluates its label again) and, with
+`eval.viewer_questions`
 = n > 0, the first n questions' rollouts as a self-contained HTML page,
 `<local>/report/trajectories_<label>.html` (`metrics.trajectory_page`).
 """
@@ -18,16 +20,30 @@ from mgrpo_jax.training.paths import RunPaths
 from mgrpo_jax.utils.atomic_files import atomic_write
 
 
-def run_evaluation(config, paths: RunPaths, label: str, sources: dict[str, held_out.Source],
-                   *, greedy_only: bool = False) -> dict[str, Any]:
-  """Evaluates once per label; `<local>/eval/<label>.json` holds the summary (and
-  `<local>/report/trajectories_<label>.html` the trajectories, module docstring)."""
+def evaluated(paths: RunPaths, label: str, step: int | None = None) -> dict[str, Any] | None:
+  """The summary of `label` already written, or None: none yet, or one of another RL
+  `step` (a run extended since, whose "final" checkpoints are newer)."""
   out = paths.local / "eval" / f"{label}.json"
-  if out.exists():
-    return json.loads(out.read_text())
+  if not out.exists():
+    return None
+  summary = json.loads(out.read_text())
+  return summary if step is None or summary.get("step") == step else None
+
+
+def run_evaluation(config, paths: RunPaths, label: str, sources: dict[str, held_out.Source],
+                   *, greedy_only: bool = False, step: int | None = None) -> dict[str, Any]:
+  """Evaluates once per label (and RL `step`, when given); `<local>/eval/<label>.json`
+  holds the summary (and `<local>/report/trajectories_<label>.html` the trajectories,
+  module docstring)."""
+  done = evaluated(paths, label, step)
+  if done is not None:
+    return done
+  out = paths.local / "eval" / f"{label}.json"
   started = time.perf_counter()
   result = held_out.evaluate_sources(config, paths.local, sources, greedy_only=greedy_only)
   summary = dict(result.summary, label=label, seconds=time.perf_counter() - started)
+  if step is not None:
+    summary["step"] = step
   write_page(config, paths, label, result, summary)
   atomic_write(out, json.dumps(summary, indent=1).encode())
   log(f"eval {label}: accuracy {summary['accuracy']:.3f} +- {summary['accuracy_ci95']:.3f} "

@@ -10,7 +10,8 @@
   rl          stage 2, M-GRPO: the two slices as processes (`run.run_children`; the step
               protocol of docs/ALGORITHM.md); with `eval.every` = e > 0 they keep the
               checkpoints of every e-th step.
-  eval after  the RL run's latest checkpoints -> `<local>/eval/final.json`; with e > 0
+  eval after  the RL run's latest checkpoints -> `<local>/eval/final.json` (evaluated
+              again when the run is extended past the step it holds); with e > 0
               also, greedy only, the checkpoints of steps e, 2e, ... before the last ->
               `<local>/eval/step_<t>.json` (the held-out curve); one child process
               (`--slice=all --stage=eval_after`).
@@ -26,7 +27,6 @@ the children own the host's accelerators (`child_env`).
 from __future__ import annotations
 
 import copy
-import json
 import math
 from typing import Any
 
@@ -34,7 +34,7 @@ from absl import logging as absl_logging
 
 from mgrpo_jax.config.modes import parse_mode
 from mgrpo_jax.evaluation.held_out import Source
-from mgrpo_jax.evaluation.stage import run_evaluation
+from mgrpo_jax.evaluation.stage import evaluated, run_evaluation
 from mgrpo_jax.metrics import report
 from mgrpo_jax.scale.writers import log
 from mgrpo_jax.training.paths import RunPaths
@@ -58,13 +58,17 @@ def _keeps_curve_checkpoints(config):
   return config
 
 
-def _evaluation_sources(config, paths: RunPaths) -> dict[str, dict[str, Source]]:
-  """{label: the checkpoints it evaluates} of one run, in the order they are evaluated."""
+def _evaluation_sources(config, paths: RunPaths
+                        ) -> dict[str, tuple[int, dict[str, Source]]]:
+  """{label: (RL step, the checkpoints it evaluates)} of one run, in the order they are
+  evaluated; "final" is the last step's."""
   mode = parse_mode(str(config.experiment.mode))
-  sources = {"final": {role: Source(paths.checkpoints(role), "state") for role in mode.agents}}
-  for step in curve_steps(int(config.eval.every), int(config.experiment.num_steps)):
-    sources[f"step_{step}"] = {role: Source(paths.checkpoints(role), "state", step)
-                               for role in mode.agents}
+  last = int(config.experiment.num_steps)
+  sources = {"final": (last, {role: Source(paths.checkpoints(role), "state")
+                              for role in mode.agents})}
+  for step in curve_steps(int(config.eval.every), last):
+    sources[f"step_{step}"] = (step, {role: Source(paths.checkpoints(role), "state", step)
+                                      for role in mode.agents})
   return sources
 
 
@@ -78,21 +82,18 @@ def run_evaluation_stage(config, workdir: str, stage: str) -> None:
     run_evaluation(config, paths, "warm_start", {
         role: Source(str(config[role].model.init_checkpoint), "params") for role in mode.agents})
     return
-  for label, sources in _evaluation_sources(config, paths).items():
-    run_evaluation(config, paths, label, sources, greedy_only=label != "final")
+  for label, (step, sources) in _evaluation_sources(config, paths).items():
+    run_evaluation(config, paths, label, sources, greedy_only=label != "final", step=step)
 
 
-def _evaluated(paths: RunPaths, label: str) -> dict[str, Any]:
-  return json.loads((paths.local / "eval" / f"{label}.json").read_text())
-
-
-def _evaluate(config, workdir: str, spawn, stage: str, labels: list[str]
+def _evaluate(config, workdir: str, spawn, stage: str, labels: dict[str, int | None]
               ) -> dict[str, dict[str, Any]]:
-  """The summaries of `labels`, evaluated by a `stage` child unless all are done."""
+  """The summaries of `labels` ({label: RL step or None}), evaluated by a `stage`
+  child unless all are done."""
   paths = RunPaths.from_config(config, workdir)
-  if not all((paths.local / "eval" / f"{label}.json").exists() for label in labels):
+  if any(evaluated(paths, label, step) is None for label, step in labels.items()):
     spawn(config, workdir, ("all",), stage)
-  return {label: _evaluated(paths, label) for label in labels}
+  return {label: evaluated(paths, label, step) for label, step in labels.items()}
 
 
 def run_all(config, workdir: str, spawn) -> None:
@@ -113,13 +114,14 @@ def run_all(config, workdir: str, spawn) -> None:
     config = with_init_checkpoints(config, run_warm_start(config, paths, spawn))
   warm_started = all(config[role].model.init_checkpoint for role in mode.agents)
   if config.eval.enabled and warm_started:
-    before = _evaluate(config, workdir, spawn, "eval_before", ["warm_start"])["warm_start"]
+    before = _evaluate(config, workdir, spawn, "eval_before", {"warm_start": None})["warm_start"]
   config = _keeps_curve_checkpoints(config)
   spawn(config, workdir, ("sub", "main"), "rl")
   curve = []
   if config.eval.enabled:
     summaries = _evaluate(config, workdir, spawn, "eval_after",
-                          list(_evaluation_sources(config, paths)))
+                          {label: step for label, (step, _) in
+                           _evaluation_sources(config, paths).items()})
     after = summaries.pop("final")
     curve = [(int(label.removeprefix("step_")), summary) for label, summary in summaries.items()]
   written = report.write_report(paths.local, paths.logs("main") / "metrics.jsonl",

@@ -15,9 +15,11 @@ from mgrpo_jax.agents.records import MainRecord, SubRecord, ToolCall, Trajectory
 from mgrpo_jax.config import base_config
 from mgrpo_jax.config.modes import parse_mode
 from mgrpo_jax.evaluation.held_out import Source, summarize
+from mgrpo_jax.evaluation.stage import evaluated
 from mgrpo_jax.metrics import MetricsWriter
 from mgrpo_jax.metrics.report import greedy_curve, summary_table, write_report
 from mgrpo_jax.models import get_config, init_model
+from mgrpo_jax.slices import pipeline
 from mgrpo_jax.slices.pipeline import curve_steps
 from mgrpo_jax.tasks.questions import Question
 from mgrpo_jax.training import (
@@ -28,6 +30,7 @@ from mgrpo_jax.training import (
   make_optimizer,
 )
 from mgrpo_jax.training.checkpoint import restore_params, save_params
+from mgrpo_jax.training.paths import RunPaths
 from mgrpo_jax.warm_start.stage import with_init_checkpoints
 
 
@@ -195,3 +198,34 @@ def test_init_checkpoints_follow_the_mode_and_keep_explicit_ones():
   with pytest.raises(ValueError, match="kind"):
     Source("d", "weights")
   assert dataclasses.astuple(Source("d", "params")) == ("d", "params", None)
+
+
+def test_an_extended_run_evaluates_its_final_checkpoints_again(tmp_path):
+  """The "final" summary holds its RL step: extending the run (num_steps 4 -> 6) makes
+  it stale, so the evaluation child runs again; the curve's labels stay evaluated."""
+  config = base_config()
+  config.experiment.num_steps, config.eval.every = 4, 2
+  paths = RunPaths.from_config(config, str(tmp_path))
+  spawned = []
+
+  def spawn(config, workdir, slices, stage):  # the evaluation child's writes, by label
+    spawned.append((slices, stage))
+    (paths.local / "eval").mkdir(parents=True, exist_ok=True)
+    for label, (step, _) in pipeline._evaluation_sources(config, paths).items():
+      if evaluated(paths, label, step) is None:
+        (paths.local / "eval" / f"{label}.json").write_text(json.dumps(
+            {"label": label, "step": step, "accuracy": step / 10}))
+
+  labels = {"final": 4, "step_2": 2}
+  first = pipeline._evaluate(config, str(tmp_path), spawn, "eval_after", labels)
+  assert spawned == [(("all",), "eval_after")] and first["final"]["accuracy"] == 0.4
+  pipeline._evaluate(config, str(tmp_path), spawn, "eval_after", labels)
+  assert len(spawned) == 1  # everything evaluated: no child
+  config.experiment.num_steps = 6
+  extended = pipeline._evaluate(config, str(tmp_path), spawn, "eval_after",
+                                {"final": 6, "step_2": 2, "step_4": 4})
+  assert len(spawned) == 2
+  assert (extended["final"]["step"], extended["final"]["accuracy"]) == (6, 0.6)
+  assert extended["step_4"]["step"] == 4
+  assert evaluated(paths, "final", 4) is None and evaluated(paths, "final") is not None
+  assert evaluated(paths, "warm_start") is None  # never written
