@@ -16,7 +16,10 @@ unchanged, matrices only weight-decayed).
 
 The GGUF comes from the `smollm2_gguf` fixture; the subprocess gets its folder as
 `MGRPO_JAX_CACHE`, so `models/weights/fetch.py` finds the verified file and downloads
-nothing (the file's inode and mtime are checked).
+nothing (the file's inode and mtime are checked). The launch compiles into the test
+session's shared compilation cache (`tests.support.trainer_harness`), so a later test run
+loads its programs instead of compiling them again; a loaded program is the compiled
+program itself.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ import sys
 import gin
 import numpy as np
 import pytest
+
+from tests.support.trainer_harness import shared_cache_overrides
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -73,12 +78,13 @@ def _leaves(state) -> list[np.ndarray]:
 
 def _run(workdir: pathlib.Path, gin_file: pathlib.Path, cache: pathlib.Path
          ) -> subprocess.CompletedProcess:
+  # The gin file imports this module (HERE), which imports `tests.support` (ROOT).
+  path = (str(HERE), str(ROOT), os.environ.get("PYTHONPATH"))
   env = dict(os.environ, MGRPO_JAX_CACHE=str(cache),
-             PYTHONPATH=os.pathsep.join(p for p in (str(HERE), os.environ.get("PYTHONPATH"))
-                                        if p))
+             PYTHONPATH=os.pathsep.join(p for p in path if p))
   command = [sys.executable, "launch/tpu_run.py", "--slice=all",
              f"--config={CONFIG_FILE.relative_to(ROOT)}:{PRESET}", f"--workdir={workdir}",
-             f"--gin_file={gin_file}"]
+             f"--gin_file={gin_file}", *shared_cache_overrides()]
   return subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                         stderr=subprocess.STDOUT, text=True, timeout=600)
 

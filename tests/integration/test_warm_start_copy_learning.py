@@ -22,6 +22,7 @@ from mgrpo_jax.warm_start import sft
 from mgrpo_jax.warm_start.copy_curriculum import copy_accuracy, copy_sequences
 
 LENGTH, VOCAB, STEPS, ROWS = 128, 512, 300, 16
+NLL_SEQUENCES = 512
 TOKENS = np.arange(4, VOCAB, dtype=np.int32)
 
 
@@ -30,8 +31,11 @@ def _trained(smeared: bool):
   optimizer = make_optimizer(OptimizerConfig(learning_rate=3e-3, warmup_steps=10, eps=1e-8))
   state, layout = create_train_state(init_model(config, seed=0), optimizer,
                                      create_mesh(MeshConfig()), seed=0)
+  # The NLL before and after training on 512 of the 4,800 sequences, evenly spaced: the
+  # same mean to 0.01 nats (measured 0.397 and 6.154 against 0.395 and 6.154 on all of
+  # them) for a tenth of the two forward passes, which cost 6 s each on all of them.
   sft_config = sft.SFTConfig(epochs=1, batch_rows=ROWS, buckets=(LENGTH,),
-                                    nll_every_epoch=False)
+                             nll_every_epoch=False, nll_sequences=NLL_SEQUENCES)
   state, metrics = sft.sft(state, layout,
                                   copy_sequences(STEPS * ROWS, TOKENS, length=LENGTH, seed=1),
                                   sft_config)
