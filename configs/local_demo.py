@@ -14,7 +14,7 @@ held-out test world (the same name pool, another random graph) before and after 
 greedy and sampled, and greedily every `eval.every` RL steps. Outputs under the
 workdir: metrics.jsonl and TensorBoard events per slice, report/rewards.png,
 report/accuracy.png and report/summary.txt (the table printed at the end).
-docs/RESULTS.md has what it measures (6 min 38 s on 2 cores).
+docs/RESULTS.md has what it measures (about 4 minutes on 2 cores).
 
 Preset `short` (`--config=configs/local_demo.py:short`) is the demo in about 3 minutes
 (two question types, a smaller warm start, 15 RL steps): the test that the demo learns.
