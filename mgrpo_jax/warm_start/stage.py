@@ -142,6 +142,12 @@ def warm_start_agent(config, workdir: str, role: str) -> None:
       sequences += demos.sub
     else:
       sequences += demos.main + (demos.sub if mode.shared else [])
+  if not sequences:
+    raise ValueError(
+        f"warm start {role}: the noisy oracles' {ws.num_questions} questions gave no "
+        f"{role} demonstrations; a turn longer than <agent>.sampling.max_new_tokens is cut "
+        f"and ends its rollout (M's delegations, and with them S's calls, then never "
+        f"happen), as do limits.max_turns and limits.max_context too small for a rollout")
   model, role_tokenizer = models[role]
   optim = OptimizerConfig(learning_rate=float(ws.learning_rate),
                           weight_decay=SFT_WEIGHT_DECAY, warmup_steps=SFT_WARMUP_STEPS)
