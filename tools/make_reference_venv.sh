@@ -11,4 +11,4 @@ if [ -x .venv-ref/bin/python ] && .venv-ref/bin/python -c "import torch, transfo
   exit 0
 fi
 python3 -m venv .venv-ref
-.venv-ref/bin/pip install -q --disable-pip-version-check "torch==2.13.0" transformers accelerate gguf numpy
+.venv-ref/bin/pip install -q --no-compile --disable-pip-version-check "torch==2.13.0" transformers accelerate gguf numpy
