@@ -87,6 +87,29 @@ def test_cpu_smoke_runs_two_tiny_steps_in_float32(module):
     assert section.optim.micro_batch_size == 0
 
 
+def test_gpu_demo_warm_starts_and_evaluates_pretrained_agents_on_one_device(module):
+  """The demo's job for SmolLM2 (tools/accelerator_demo.sh): its own RL learning rate,
+  the rest of the released code's optimizer, rows padded to doublings from 256."""
+  config = module.get_config("gpu_demo")
+  validate(config)
+  assert config.warm_start.enabled and config.eval.enabled and config.eval.every == 10
+  assert config.world.size == "tiny" and config.world.render == "natural"
+  assert config.warm_start.copy_steps == 0  # pretrained models copy already
+  assert config.experiment.run_id != module.get_config().experiment.run_id
+  for agent in AGENTS:
+    section = config[agent]
+    assert section.model.preset in agent_setup.PRETRAINED and section.model.tokenizer == ""
+    assert section.optim.learning_rate == 1e-5 and section.optim.weight_decay == 0.1
+    assert section.loss.ratio == "token" and section.loss.kl_coef == 0.0
+    assert section.limits.shortest_train_length == 256
+    assert section.sampling.max_new_tokens < section.limits.max_context <= 8192
+    assert tuple(section.mesh.values()) == (1, 1, 1)
+  # Both slices share one GPU, each with 45% of its memory (slices/child_env.py): with
+  # cuDNN attention each agent's update and rollouts fit that share of an 80 GB GPU.
+  for plan in plan_from_config(config, platform="gpu"):
+    assert max(plan.train_peak, plan.rollout_peak) <= 0.45 * 80 * GIB, plan.role
+
+
 @pytest.mark.parametrize("preset, devices, hbm_gib", [(None, 1, 80), ("tpu_v5e_8", 8, 16)])
 def test_accelerator_presets_fit_their_chips_by_the_memory_planner(module, preset, devices,
                                                                   hbm_gib):
@@ -113,7 +136,7 @@ def test_the_peak_bound_covers_every_measurement():
 def test_every_preset_is_documented_and_an_unknown_one_is_named(module):
   for name in module.PRESETS:
     assert f"\n  {name} " in module.__doc__, name
-  with pytest.raises(ValueError, match=r"unknown preset 'tpu'.*cpu_smoke, tpu_v5e_8"):
+  with pytest.raises(ValueError, match=r"unknown preset 'tpu'.*cpu_smoke, gpu_demo, tpu_v5e_8"):
     module.get_config("tpu")
 
 
