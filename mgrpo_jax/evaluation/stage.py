@@ -2,14 +2,14 @@
 
 It writes the summary to `<local>/eval/<label>.json` (with the RL step it evaluated,
 when given: a run extended past that step evaluates its label again) and, with
-`eval.viewer_questions`
-= n > 0, the first n questions' rollouts as a self-contained HTML page,
-`<local>/report/trajectories_<label>.html` (`metrics.trajectory_page`).
+`eval.viewer_questions` = n > 0, the first n questions' rollouts as a self-contained
+HTML page, `<local>/report/trajectories_<label>.html` (`metrics.trajectory_page`).
 """
 
 from __future__ import annotations
 
 import json
+import pathlib
 import time
 from typing import Any
 
@@ -20,10 +20,14 @@ from mgrpo_jax.training.paths import RunPaths
 from mgrpo_jax.utils.atomic_files import atomic_write
 
 
+def _summary_path(paths: RunPaths, label: str) -> pathlib.Path:
+  return paths.local / "eval" / f"{label}.json"
+
+
 def evaluated(paths: RunPaths, label: str, step: int | None = None) -> dict[str, Any] | None:
   """The summary of `label` already written, or None: none yet, or one of another RL
   `step` (a run extended since, whose "final" checkpoints are newer)."""
-  out = paths.local / "eval" / f"{label}.json"
+  out = _summary_path(paths, label)
   if not out.exists():
     return None
   summary = json.loads(out.read_text())
@@ -38,14 +42,13 @@ def run_evaluation(config, paths: RunPaths, label: str, sources: dict[str, held_
   done = evaluated(paths, label, step)
   if done is not None:
     return done
-  out = paths.local / "eval" / f"{label}.json"
   started = time.perf_counter()
   result = held_out.evaluate_sources(config, paths.local, sources, greedy_only=greedy_only)
   summary = dict(result.summary, label=label, seconds=time.perf_counter() - started)
   if step is not None:
     summary["step"] = step
   write_page(config, paths, label, result, summary)
-  atomic_write(out, json.dumps(summary, indent=1).encode())
+  atomic_write(_summary_path(paths, label), json.dumps(summary, indent=1).encode())
   log(f"eval {label}: accuracy {summary['accuracy']:.3f} +- {summary['accuracy_ci95']:.3f} "
       f"on {summary['num_questions']} test questions ({summary['seconds']:.0f} s)")
   return summary

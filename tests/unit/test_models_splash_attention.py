@@ -164,4 +164,3 @@ def test_explicit_splash_refuses_what_it_cannot_run(dtype, length, devices, reas
 
 def test_splash_is_a_model_attention_choice():
   assert get_config("tiny", attention="splash").attention == "splash"
-
