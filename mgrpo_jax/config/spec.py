@@ -245,6 +245,10 @@ SPEC: dict[str, Any] = {
                                  "mistakes in the demonstrations.", low=0.0, high=1.0),
         "sub_noise_rate": Field(0.6, "Rate of S's systematic mistakes in the demonstrations.",
                                 low=0.0, high=1.0),
+        "mistake_rates": Field("", "Per-mistake rates overriding the two above, "
+                               "`name=rate` comma-separated (symbolic world: "
+                               "wrong_relation, wrong_tool, neighbour_value; natural: vague, "
+                               "wrong_tool, skip_visit, wrong_extraction, wrong_page)."),
     },
     "eval": {
         "enabled": Field(False, "Evaluate on the held-out test world before and after RL "

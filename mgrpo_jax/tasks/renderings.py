@@ -44,8 +44,11 @@ class Rendering:
     render_pages: world -> [Page] (page id = entity id).
     synthesize: (world, n, *, stage, seed, id_prefix) -> [Question].
     stages: stage number (1, 2) -> its question-type `Mixture`.
-    main_oracle: (rate, seed) -> M's scripted policy; rate 0 is the clean oracle.
-    sub_oracle: (rate, seed) -> S's scripted policy.
+    main_oracle: (rate, seed, rates=()) -> M's scripted policy; rate 0 is the clean
+      oracle, `rates` ((mistake, rate) pairs) overrides `rate` per mistake.
+    sub_oracle: (rate, seed, rates=()) -> S's scripted policy.
+    main_mistakes: the names of M's systematic mistakes (keys of `rates`).
+    sub_mistakes: the names of S's systematic mistakes.
     expert_judge: world -> `judges.ExpertJudge`.
     symbols: strings the tokenizer keeps as one token each.
     disjoint_test_names: whether the test world avoids every train-world name.
@@ -56,8 +59,10 @@ class Rendering:
   render_pages: Callable[[Any], list[pages.Page]]
   synthesize: Callable[..., list[questions.Question]]
   stages: dict[int, questions.Mixture]
-  main_oracle: Callable[[float, int], Any]
-  sub_oracle: Callable[[float, int], Any]
+  main_oracle: Callable[..., Any]
+  sub_oracle: Callable[..., Any]
+  main_mistakes: tuple[str, ...]
+  sub_mistakes: tuple[str, ...]
   expert_judge: Callable[[Any], judges.ExpertJudge]
   symbols: tuple[str, ...] = ()
   disjoint_test_names: bool = True
@@ -75,9 +80,12 @@ NATURAL = Rendering(
     render_pages=pages.render_pages,
     synthesize=questions.synthesize,
     stages=questions.STAGES,
-    main_oracle=lambda rate, seed: OracleMainAgent(natural_noise.MainNoise(rate=rate,
-                                                                           seed=seed)),
-    sub_oracle=lambda rate, seed: OracleSubAgent(natural_noise.SubNoise(rate=rate, seed=seed)),
+    main_oracle=lambda rate, seed, rates=(): OracleMainAgent(
+        natural_noise.MainNoise(rate=rate, seed=seed, rates=tuple(rates))),
+    sub_oracle=lambda rate, seed, rates=(): OracleSubAgent(
+        natural_noise.SubNoise(rate=rate, seed=seed, rates=tuple(rates))),
+    main_mistakes=natural_noise.MAIN_MISTAKES,
+    sub_mistakes=natural_noise.SUB_MISTAKES,
     expert_judge=judges.ProgrammaticExpertJudge)
 
 SYMBOLIC = Rendering(
@@ -87,10 +95,12 @@ SYMBOLIC = Rendering(
     render_pages=symbolic_world.render_pages,
     synthesize=symbolic_questions.synthesize,
     stages=symbolic_questions.STAGES,
-    main_oracle=lambda rate, seed: symbolic_oracle.SymbolicMainOracle(
-        symbolic_oracle.MainNoise(rate=rate, seed=seed)),
-    sub_oracle=lambda rate, seed: symbolic_oracle.SymbolicSubOracle(
-        symbolic_oracle.SubNoise(rate=rate, seed=seed)),
+    main_oracle=lambda rate, seed, rates=(): symbolic_oracle.SymbolicMainOracle(
+        symbolic_oracle.MainNoise(rate=rate, seed=seed, rates=tuple(rates))),
+    sub_oracle=lambda rate, seed, rates=(): symbolic_oracle.SymbolicSubOracle(
+        symbolic_oracle.SubNoise(rate=rate, seed=seed, rates=tuple(rates))),
+    main_mistakes=symbolic_oracle.MAIN_MISTAKES,
+    sub_mistakes=symbolic_oracle.SUB_MISTAKES,
     expert_judge=symbolic_judge.SymbolicExpertJudge,
     symbols=vocabulary.symbols(),
     disjoint_test_names=False)

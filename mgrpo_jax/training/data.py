@@ -27,6 +27,7 @@ import grain
 
 from mgrpo_jax.tasks import build as build_lib
 from mgrpo_jax.tasks import loaders, tfds_builder
+from mgrpo_jax.tasks.oracle.noise import parse_mistake_rates
 from mgrpo_jax.tasks.questions import Mixture, Question
 from mgrpo_jax.tasks.renderings import Rendering, get_rendering
 from mgrpo_jax.tasks.world import Fact
@@ -40,6 +41,25 @@ DEFAULT_FIELDS = {"id": "id", "question": "question", "answer": "answer"}
 def world_rendering(config) -> Rendering:
   """The rendering of the run's world (`world.render`)."""
   return get_rendering(str(config.world.render))
+
+
+def noisy_oracles(config, seed: int) -> tuple[Any, Any]:
+  """(M, S): the scripted agents with the systematic mistakes of `warm_start.*`.
+
+  `main_noise_rate` and `sub_noise_rate` are each agent's rate of every mistake;
+  `mistake_rates` ("wrong_relation=0.5,...") overrides single mistakes by name, checked
+  against the rendering's mistakes. `seed` keys which tasks get each mistake.
+  """
+  ws = config.warm_start
+  rendering = world_rendering(config)
+  rates = parse_mistake_rates(str(ws.mistake_rates),
+                              rendering.main_mistakes + rendering.sub_mistakes)
+
+  def own(names):
+    return tuple((name, rate) for name, rate in rates.items() if name in names)
+
+  return (rendering.main_oracle(float(ws.main_noise_rate), seed, own(rendering.main_mistakes)),
+          rendering.sub_oracle(float(ws.sub_noise_rate), seed, own(rendering.sub_mistakes)))
 
 
 def question_types(world) -> frozenset[str]:

@@ -29,7 +29,7 @@ from mgrpo_jax.tasks import datasets as datasets_lib
 from mgrpo_jax.tasks.oracle import Action
 from mgrpo_jax.tasks.oracle.episode import Episode, run_episode
 from mgrpo_jax.text.chat import Role
-from mgrpo_jax.training.data import world_rendering
+from mgrpo_jax.training.data import noisy_oracles, world_rendering
 
 ROLES = ("main", "sub", "single")
 _SPACE = "\u2581"  # how SentencePiece writes a space inside a piece
@@ -58,7 +58,7 @@ def tokenizer_corpus(config) -> list[str]:
   """Documents for the tokenizer of `config.world` (module docstring), in a fixed order.
 
   Args:
-    config: the run's config (`world.*`, `tools.*`, `warm_start.*_noise_rate`).
+    config: the run's config (`world.*`, `tools.*`, `warm_start`'s mistake rates).
   """
   world = config.world
   rendering = world_rendering(config)
@@ -70,8 +70,7 @@ def tokenizer_corpus(config) -> list[str]:
   corpus = [p.text for p in pages] + [q.text for q in questions]
   corpus += [specs.spec_for(role, style).system_prompt()
              for role in ROLES for style in specs.SYSTEM_STYLES]
-  main = rendering.main_oracle(float(config.warm_start.main_noise_rate), int(world.seed))
-  sub = rendering.sub_oracle(float(config.warm_start.sub_noise_rate), int(world.seed))
+  main, sub = noisy_oracles(config, int(world.seed))
   index = SearchIndex.from_pages(pages)
   try:
     registry = default_registry(index, top_n=int(config.tools.search_top_n),

@@ -25,7 +25,7 @@ from mgrpo_jax.config.modes import parse_mode
 from mgrpo_jax.metrics import PhaseProgress
 from mgrpo_jax.scale.writers import log
 from mgrpo_jax.training import agent_setup
-from mgrpo_jax.training.data import ensure_world, world_rendering
+from mgrpo_jax.training.data import ensure_world, noisy_oracles
 from mgrpo_jax.training.files import file_lock
 from mgrpo_jax.training.mesh import MeshConfig, create_mesh
 from mgrpo_jax.training.optimizer import OptimizerConfig, make_optimizer
@@ -127,12 +127,11 @@ def warm_start_agent(config, workdir: str, role: str) -> None:
             for r in mode.agents}
   # S's demonstrations go to S's model in its own ids (to M's in shared_policy).
   sub_tokenizer = models["sub"][1] if "sub" in models else None
-  rendering = world_rendering(config)
+  main_oracle, sub_oracle = noisy_oracles(config, seed)
   demonstrate = functools.partial(
       collect_demonstrations, models["main"][1], sub_tokenizer=sub_tokenizer,
       config=agent_setup.rollout_config(config),
-      main_oracle=rendering.main_oracle(float(ws.main_noise_rate), seed),
-      sub_oracle=rendering.sub_oracle(float(ws.sub_noise_rate), seed),
+      main_oracle=main_oracle, sub_oracle=sub_oracle,
       mode=mode.demonstration,
       main_spec=main_spec, sub_spec=sub_spec, key=agent_setup.derive_seed(seed, "demos"))
   sequences = []

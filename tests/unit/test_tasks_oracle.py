@@ -6,6 +6,8 @@ from __future__ import annotations
 import inspect
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mgrpo_jax.agents.tools import SearchIndex, default_registry
 from mgrpo_jax.tasks import judges, pages, questions, world
@@ -18,6 +20,7 @@ from mgrpo_jax.tasks.oracle import (
   SubNoise,
   run_episode,
 )
+from mgrpo_jax.tasks.oracle import noise as noise_lib
 from tests.support.oracle_episodes import accuracy_by_type
 
 
@@ -98,3 +101,43 @@ def test_noisy_sub_fails_on_targeted_relations(env):
   # Decisions are seeded: the same noise config gives the same answers.
   again = accuracy_by_type(on, noisy_main, OracleSubAgent(targeted), registry)["lookup"]
   assert again == acc_on
+
+
+_NAMES = noise_lib.MAIN_MISTAKES + noise_lib.SUB_MISTAKES
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.dictionaries(st.sampled_from(_NAMES), st.floats(0.0, 1.0)))
+def test_mistake_rates_round_trip(rates):
+  text = " , ".join(f"{name} = {rate!r}" for name, rate in rates.items())
+  assert noise_lib.parse_mistake_rates(text, _NAMES) == rates
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("vague", "is not `mistake=rate`"),
+    ("wrong_relation=0.5", "unknown mistake 'wrong_relation'"),
+    ("vague=half", "rate of 'vague' is 'half', not a number"),
+    ("vague=1.5", "outside [0, 1]"),
+    ("vague=0.2,vague=0.3", "'vague' is given twice"),
+])
+def test_bad_mistake_rates_name_the_key_and_the_entry(text, problem):
+  with pytest.raises(ValueError, match=r"^warm_start\.mistake_rates: ") as error:
+    noise_lib.parse_mistake_rates(text, _NAMES)
+  assert problem in str(error.value)
+
+
+def test_a_per_mistake_rate_overrides_the_agents_rate(env):
+  """M's mistakes at rate 1 with one of them at 0: that mistake's questions are solved
+  again and the other's still fail (decisions are keyed by mistake and text)."""
+  _, registry, qs = env
+
+  def main_accuracy(noise):
+    return accuracy_by_type(qs, OracleMainAgent(noise), OracleSubAgent(), registry)
+
+  always = main_accuracy(MainNoise(rate=1.0))
+  assert always["multihop"] < 0.7 and always["puzzle"] == always["difference"] == 0.0
+  vague_off = main_accuracy(MainNoise(rate=1.0, rates=(("vague", 0.0),)))
+  assert vague_off["multihop"] == 1.0 and vague_off["puzzle"] == vague_off["difference"] == 0.0
+  tool_off = main_accuracy(MainNoise(rate=1.0, rates=(("wrong_tool", 0.0),)))
+  assert tool_off["multihop"] == always["multihop"]
+  assert tool_off["puzzle"] == tool_off["difference"] == 1.0

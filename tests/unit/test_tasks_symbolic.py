@@ -126,6 +126,25 @@ def test_each_mistake_hits_only_the_questions_its_agent_owns(test_env):
   assert 0.3 <= total <= 0.6  # the warm start's target
 
 
+def test_a_per_mistake_rate_moves_that_mistake_alone(test_env):
+  """`rates` overrides `rate` by name: with M's mistakes always on but `wrong_relation`
+  off, puzzles still fail and three-hop chains are solved; the other way round, the
+  reverse. The decision is keyed by mistake and text, so an override changes no other
+  mistake's cases."""
+  _, registry, qs = test_env
+  clean_sub = SYMBOLIC.sub_oracle(0.0, 0)
+  relation_off = accuracy_by_type(
+      qs, SYMBOLIC.main_oracle(1.0, 0, (("wrong_relation", 0.0),)), clean_sub, registry)
+  assert relation_off["three_hop"] == 1.0 and relation_off["puzzle"] == 0.0
+  only_relation = accuracy_by_type(
+      qs, SYMBOLIC.main_oracle(0.0, 0, (("wrong_relation", 1.0),)), clean_sub, registry)
+  assert only_relation["puzzle"] == 1.0 and only_relation["three_hop"] < 0.1
+  neighbour_off = accuracy_by_type(
+      qs, SYMBOLIC.main_oracle(0.0, 0), SYMBOLIC.sub_oracle(1.0, 0, (("neighbour_value", 0.0),)),
+      registry)
+  assert neighbour_off == {t: 1.0 for t in neighbour_off}
+
+
 def test_the_expert_judge_scores_claims_against_the_world_and_the_path(worlds):
   train = worlds[0]
   judge = SymbolicExpertJudge(train)

@@ -43,7 +43,8 @@ class OracleMainAgent:
   def _mistake(self, kind: str, question: str) -> bool:
     if self.noise is None:
       return False
-    return noise_lib.triggered(self.noise.rate, self.noise.seed, kind, question)
+    return noise_lib.triggered(noise_lib.rate_of(self.noise, kind), self.noise.seed, kind,
+                               question)
 
   def next_action(self, question: str, history: Sequence[Step]) -> Action:
     plan = parsing.parse_question(question)

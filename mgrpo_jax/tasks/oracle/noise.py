@@ -10,12 +10,17 @@ one vague sub-task) and `wrong_tool_ops` (plan ops whose arithmetic is delegated
 instead of the reason tool). Sub-agent: `skip_visit` (report a guess from the search
 snippet), `wrong_extraction` (report another value from the page), `wrong_page` (open
 the best non-exact hit, a distractor) for the listed properties.
+
+`rate` applies to every mistake of an agent; `rates` overrides it per mistake name
+(`warm_start.mistake_rates`), so a researcher can calibrate one mistake, e.g. a mistake
+that needs several right decisions in a row to be undone, without moving the others.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+from collections.abc import Collection
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,6 +29,7 @@ class MainNoise:
   wrong_tool_ops: tuple[str, ...] = ("difference", "expression")
   rate: float = 0.6
   seed: int = 0
+  rates: tuple[tuple[str, float], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,9 +39,50 @@ class SubNoise:
   wrong_page: tuple[str, ...] = ("created_by", "length_km")
   rate: float = 0.6
   seed: int = 0
+  rates: tuple[tuple[str, float], ...] = ()
+
+
+MAIN_MISTAKES = ("vague", "wrong_tool")
+SUB_MISTAKES = ("skip_visit", "wrong_extraction", "wrong_page")
 
 
 def triggered(rate: float, seed: int, mistake: str, text: str) -> bool:
   """Deterministic Bernoulli(rate) keyed by (seed, mistake, text)."""
   digest = hashlib.blake2b(f"{seed}\x00{mistake}\x00{text}".encode(), digest_size=8).digest()
   return int.from_bytes(digest, "big") / 2**64 < rate
+
+
+def rate_of(noise, mistake: str) -> float:
+  """The rate of one named mistake: its entry in `noise.rates`, else `noise.rate`."""
+  return dict(noise.rates).get(mistake, noise.rate)
+
+
+def parse_mistake_rates(text: str, known: Collection[str],
+                        field: str = "warm_start.mistake_rates") -> dict[str, float]:
+  """"name=rate,name=rate" -> {name: rate}; a clear error naming `field` otherwise.
+
+  Args:
+    text: comma-separated `mistake=rate` entries (empty: no overrides).
+    known: the mistake names of the run's rendering (both agents').
+    field: the config key named in errors.
+  """
+  rates = {}
+  for entry in (e.strip() for e in text.split(",")):
+    if not entry:
+      continue
+    name, sep, value = (part.strip() for part in entry.partition("="))
+    if not sep:
+      raise ValueError(f"{field}: entry {entry!r} is not `mistake=rate`")
+    if name not in known:
+      raise ValueError(f"{field}: unknown mistake {name!r}; this world's mistakes are "
+                       f"{sorted(known)}")
+    try:
+      rate = float(value)
+    except ValueError:
+      raise ValueError(f"{field}: rate of {name!r} is {value!r}, not a number") from None
+    if not 0.0 <= rate <= 1.0:
+      raise ValueError(f"{field}: rate of {name!r} is {rate}, outside [0, 1]")
+    if name in rates:
+      raise ValueError(f"{field}: {name!r} is given twice")
+    rates[name] = rate
+  return rates

@@ -62,7 +62,8 @@ class OracleSubAgent:
   def _mistake(self, kind: str, prop: str, subtask: str) -> bool:
     if self.noise is None or prop not in getattr(self.noise, kind):
       return False
-    return noise_lib.triggered(self.noise.rate, self.noise.seed, kind, subtask)
+    return noise_lib.triggered(noise_lib.rate_of(self.noise, kind), self.noise.seed, kind,
+                               subtask)
 
   def next_action(self, subtask: str, history: Sequence[Step]) -> Action:
     if not history:

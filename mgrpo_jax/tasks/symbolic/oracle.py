@@ -15,6 +15,7 @@ to its targeted cases, decided by a hash of (seed, mistake, task text):
       the reason tool (S finds nothing; only training M fixes it);
   S, `neighbour_value`: for these properties S reports the value of the page line after
       the asked one, under the asked property (only training S fixes it).
+`rate` applies to each of an agent's mistakes; `rates` overrides it per mistake name.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import dataclasses
 from collections.abc import Iterator, Sequence
 
 from mgrpo_jax.tasks.oracle.actions import Action, Step
-from mgrpo_jax.tasks.oracle.noise import triggered
+from mgrpo_jax.tasks.oracle.noise import rate_of, triggered
 from mgrpo_jax.tasks.symbolic import language
 from mgrpo_jax.tasks.symbolic import vocabulary as vocab
 
@@ -34,6 +35,7 @@ class MainNoise:
   wrong_tool_types: tuple[str, ...] = ("puzzle",)
   rate: float = 0.7
   seed: int = 0
+  rates: tuple[tuple[str, float], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +43,11 @@ class SubNoise:
   neighbour_value: tuple[str, ...] = ("boss", "maker")
   rate: float = 0.7
   seed: int = 0
+  rates: tuple[tuple[str, float], ...] = ()
+
+
+MAIN_MISTAKES = ("wrong_relation", "wrong_tool")
+SUB_MISTAKES = ("neighbour_value",)
 
 
 class _NeedAction(Exception):
@@ -65,8 +72,8 @@ class SymbolicMainOracle:
     self.noise = noise
 
   def _mistake(self, kind: str, question: str) -> bool:
-    return self.noise is not None and triggered(self.noise.rate, self.noise.seed, kind,
-                                                question)
+    return self.noise is not None and triggered(rate_of(self.noise, kind), self.noise.seed,
+                                                kind, question)
 
   def next_action(self, question: str, history: Sequence[Step]) -> Action:
     plan = language.parse_question(question)
@@ -130,6 +137,7 @@ class SymbolicSubOracle:
       return Action.report(vocab.NONE)
     line = props.index(prop)
     if (self.noise is not None and prop in self.noise.neighbour_value
-        and triggered(self.noise.rate, self.noise.seed, "neighbour_value", subtask)):
+        and triggered(rate_of(self.noise, "neighbour_value"), self.noise.seed,
+                      "neighbour_value", subtask)):
       line = line + 1 if line + 1 < len(facts) else line - 1
     return Action.report(language.report_text(prop, facts[line][1]))
