@@ -106,7 +106,8 @@ class RolloutController:
       delegations = []
       for episode, action in pending:
         if action.name != specs.DELEGATE:
-          result = self.registry.call(action.name, dict(action.arguments))
+          result = self.registry.for_task(episode.key[0]).call(action.name,
+                                                               dict(action.arguments))
           episode.observe(result.text, ok=result.ok, latency_s=result.latency_s)
         elif sub_counts[episode.key] >= config.max_sub_calls:
           episode.observe(f"error: delegate: the limit of {config.max_sub_calls} sub-agent "

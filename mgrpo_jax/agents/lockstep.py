@@ -74,12 +74,14 @@ def run_lockstep(episodes: Sequence[AgentEpisode], policy: Policy, max_new_token
 
 
 def tool_executor(registry: ToolRegistry) -> Executor:
-  """Executes each pending call through `registry` (errors come back as observations)."""
+  """Executes each pending call through `registry`, in the registry of the episode's
+  task (`ToolRegistry.for_task`, keyed by the episode key's query id); errors come back
+  as observations."""
 
   def execute(pending: list[tuple[AgentEpisode, ParsedAction]], key: jax.Array) -> None:
     del key
     for episode, action in pending:
-      result = registry.call(action.name, dict(action.arguments))
+      result = registry.for_task(episode.key[0]).call(action.name, dict(action.arguments))
       episode.observe(result.text, ok=result.ok, latency_s=result.latency_s)
 
   return execute

@@ -198,6 +198,12 @@ SPEC: dict[str, Any] = {
                                "file_name=); empty: id, question, answer (GAIA's for gaia)."),
         "seed": Field(0, "Seed of the training world (train/validation splits).", low=0),
         "test_seed": Field(1, "Seed of the held-out test world (unseen entities).", low=0),
+        "train_worlds": Field(1, "Worlds RL's training questions are spread over: the "
+                              "training world and train_worlds - 1 generated from derived "
+                              "seeds, each question's tools and r_expert in its own world, so "
+                              "no world's facts can be remembered instead of read "
+                              "(`training/train_worlds.py`; generated questions only).",
+                              low=1),
         "stage": Field("stage2", "Question mixture: stage1 (1-2 hops) or stage2 (2-4 hops).",
                        choices=("stage1", "stage2")),
         "question_types": Field("", "Comma-separated question types of the stage to keep "

@@ -129,6 +129,9 @@ def _check_cross_keys(config: Mapping[str, Any]) -> None:
                                                                                  "small"):
     _fail("world.size", f"{config['world']['size']!r} has no symbolic rendering "
           "(world.render='symbolic'): expected 'tiny' or 'small'")
+  if config["world"]["train_worlds"] > 1 and config["world"]["source"] != "generated":
+    _fail("world.train_worlds", f"{config['world']['train_worlds']} worlds need generated "
+          f"questions; world.source={config['world']['source']!r} has one questions file")
   checkpoint = config["checkpoint"]
   if checkpoint["keep"] < mgrpo["staleness"] + 1:
     _fail("checkpoint.keep", f"must be >= mgrpo.staleness + 1 = {mgrpo['staleness'] + 1} "

@@ -59,7 +59,7 @@ from mgrpo_jax.store.schema import MainOutcomes, ack_key
 from mgrpo_jax.tasks.judges import ExactMatchJudge
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.batching import TrainBatch, pack_sequences
-from mgrpo_jax.training.data import QueryStream, world_rendering
+from mgrpo_jax.training.data import QueryStream
 from mgrpo_jax.training.files import dump_json
 from mgrpo_jax.training.paths import RunPaths
 from mgrpo_jax.training.update import batch_shardings
@@ -143,7 +143,7 @@ def run_main_slice(config, workdir: str) -> None:
             else None)
   controller = _controller(rt, policy, client)
   answer_judge = ExactMatchJudge()
-  expert_judge = _expert_judge(config) if mode.sub_agent else None
+  expert_judge = rt.expert_judge if mode.sub_agent else None
   share = (distributed.rollout_queries(
       batch_shardings(rt.layout, settings.num_queries * settings.num_rollouts).advantages,
       settings.num_queries, settings.num_rollouts) if multi_host() else slice(None))
@@ -197,14 +197,6 @@ def _controller(rt: SliceRuntime, policy, client) -> RolloutController:
                              sub_client=client, spec=main_spec)
   return make_controller(rt.mode, Agent(acting, rt.tokenizer), rt.registry, rollout_config,
                          main_spec=main_spec, sub_spec=sub_spec)
-
-
-def _expert_judge(config):
-  """shared_policy: the r_expert judge of S's reports over the training world."""
-  rendering = world_rendering(config)
-  train_world, _ = rendering.split_worlds(
-      config.world.size, int(config.world.seed), int(config.world.test_seed))
-  return rendering.expert_judge(train_world)
 
 
 def _wait_for_sub(rt: SliceRuntime, client: _CrashAfterBatch, step: int,

@@ -32,9 +32,10 @@ from mgrpo_jax.store.schema import SliceAck
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.batching import TrainBatch
 from mgrpo_jax.training.checkpoint import AgentCheckpointer, CheckpointConfig
-from mgrpo_jax.training.data import ensure_world, load_questions
+from mgrpo_jax.training.data import ensure_world
 from mgrpo_jax.training.optimizer import learning_rate_schedule
 from mgrpo_jax.training.paths import RunPaths
+from mgrpo_jax.training.train_worlds import training_tasks
 from mgrpo_jax.training.update import make_update_fn
 
 _CACHES = {"main": MainStepCache, "sub": SubStepCache}
@@ -92,6 +93,7 @@ class SliceRuntime:
   world_path: pathlib.Path
   questions: list
   registry: Any
+  expert_judge: Any  # r_expert of S's reports, by the question's world
   tokenizer: Any
   trainer: agent_setup.AgentTrainer
   checkpointer: AgentCheckpointer
@@ -224,8 +226,7 @@ def open_runtime(config, workdir: str, role: str) -> SliceRuntime:
   store = open_run_store(paths)
   files = open_folder(paths.workdir)
   world_path = ensure_world(paths.local, config.world)
-  questions = load_questions(world_path, config.world, str(config.world.stage))
-  registry = agent_setup.tool_registry(world_path, config)
+  tasks = training_tasks(config, world_path)
   model, tokenizer = agent_setup.build_model(config[role], role, paths.local, config)
   trainer = agent_setup.create_agent_state(model, config[role], role, config)
   checkpointer = AgentCheckpointer(paths.checkpoints(role), trainer.layout,
@@ -233,7 +234,8 @@ def open_runtime(config, workdir: str, role: str) -> SliceRuntime:
   return SliceRuntime(
       role=role, config=config, mode=parse_mode(str(config.experiment.mode)),
       settings=StepSettings.from_config(config), paths=paths, store=store, files=files,
-      world_path=world_path, questions=questions, registry=registry, tokenizer=tokenizer,
+      world_path=world_path, questions=tasks.questions, registry=tasks.registry,
+      expert_judge=tasks.expert_judge, tokenizer=tokenizer,
       trainer=trainer, checkpointer=checkpointer,
       cache=_CACHES[role](files.child(paths.cache_name(role)),
                           checkpoints_kept=int(config.checkpoint.keep)))

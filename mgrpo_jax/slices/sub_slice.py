@@ -49,7 +49,6 @@ from mgrpo_jax.slices.runtime import SliceRuntime, open_runtime
 from mgrpo_jax.store.schema import MainOutcomes, ack_key, outcomes_key
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.batching import TrainBatch
-from mgrpo_jax.training.data import world_rendering
 
 
 def _acked_steps(store, run_id: str, num_steps: int) -> int:
@@ -179,11 +178,7 @@ class _Scoring:
 
   @classmethod
   def of(cls, rt: SliceRuntime) -> _Scoring:
-    world = rt.config.world
-    rendering = world_rendering(rt.config)
-    train_world, _ = rendering.split_worlds(world.size, int(world.seed),
-                                            int(world.test_seed))
-    return cls({q.id: q for q in rt.questions}, rendering.expert_judge(train_world))
+    return cls({q.id: q for q in rt.questions}, rt.expert_judge)
 
 
 def _prepare(rt: SliceRuntime, scoring: _Scoring, step: int,

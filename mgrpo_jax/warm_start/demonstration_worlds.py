@@ -23,6 +23,7 @@ from mgrpo_jax.agents.tools.search import build_index
 from mgrpo_jax.tasks import questions as questions_lib
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.data import question_mixture, world_rendering
+from mgrpo_jax.training.train_worlds import derived_world_seed, question_counts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,21 +31,6 @@ class DemonstrationWorld:
   """One world's share of the demonstrated questions and the tools that answer them."""
   questions: list[questions_lib.Question]
   registry: ToolRegistry
-
-
-def world_seed(config, index: int) -> int:
-  """The seed of demonstration world `index` >= 1 (never the test world's seed)."""
-  seed = agent_setup.derive_seed(int(config.world.seed), "demonstration_world", index)
-  return seed + 1 if seed == int(config.world.test_seed) else seed
-
-
-def question_counts(total: int, num_worlds: int) -> list[int]:
-  """`total` split over `num_worlds` as evenly as possible (earlier worlds get the rest)."""
-  if num_worlds < 1 or total < num_worlds:
-    raise ValueError(f"warm_start.num_questions ({total}) must be at least "
-                     f"warm_start.num_worlds ({num_worlds}) >= 1")
-  share, rest = divmod(total, num_worlds)
-  return [share + (i < rest) for i in range(num_worlds)]
 
 
 def demonstration_worlds(config, world_path: pathlib.Path, folder: pathlib.Path
@@ -61,14 +47,17 @@ def demonstration_worlds(config, world_path: pathlib.Path, folder: pathlib.Path
   train_world, test_world = rendering.split_worlds(str(world.size), int(world.seed),
                                                    int(world.test_seed))
   mixture = question_mixture(world)
-  counts = question_counts(int(ws.num_questions), int(ws.num_worlds))
+  counts = question_counts(int(ws.num_questions), int(ws.num_worlds),
+                           total_key="warm_start.num_questions",
+                           worlds_key="warm_start.num_worlds")
   run_seed = int(config.experiment.seed)
   out = []
   for index, count in enumerate(counts):
     if index == 0:
       source, registry = train_world, agent_setup.tool_registry(world_path, config)
     else:
-      source = rendering.generate(str(world.size), world_seed(config, index),
+      source = rendering.generate(str(world.size),
+                                  derived_world_seed(config, "demonstration_world", index),
                                   frozenset(test_world.names))
       index_path = folder / "worlds" / f"world_{index}.sqlite"
       if not index_path.exists():

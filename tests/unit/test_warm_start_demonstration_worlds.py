@@ -13,6 +13,7 @@ from mgrpo_jax.tasks.renderings import get_rendering
 from mgrpo_jax.tasks.symbolic import questions as symbolic_questions
 from mgrpo_jax.tasks.symbolic import world as symbolic_world
 from mgrpo_jax.training import data
+from mgrpo_jax.training.train_worlds import derived_world_seed
 from mgrpo_jax.warm_start import demonstration_worlds as dw
 
 
@@ -29,11 +30,12 @@ def built(tmp_path_factory):
   return config, train, test, folder, dw.demonstration_worlds(config, world_path, folder)
 
 
-def test_question_counts_split_the_total_evenly():
-  assert dw.question_counts(31, 3) == [11, 10, 10]
-  assert dw.question_counts(4, 4) == [1, 1, 1, 1]
-  with pytest.raises(ValueError, match="warm_start.num_questions"):
-    dw.question_counts(2, 3)
+def test_too_few_questions_for_the_worlds_name_the_warm_start_keys(tmp_path):
+  config = base_config()
+  apply_overrides(config, {"warm_start.num_questions": 2, "warm_start.num_worlds": 3})
+  with pytest.raises(ValueError, match=r"warm_start.num_questions \(2\) must be at least "
+                     r"warm_start.num_worlds \(3\)"):
+    dw.demonstration_worlds(config, tmp_path, tmp_path)
 
 
 def test_world_zero_is_the_run_s_own_training_world(built):
@@ -58,8 +60,8 @@ def test_other_worlds_are_new_and_never_use_test_names(built):
     assert len(subjects - set(train.names)) > len(subjects) // 2  # mostly unseen names
     entity = next(f.subject for q in world.questions for f in q.path if f.subject)
     assert entity in world.registry.call("search", {"query": entity}).text
-  assert dw.world_seed(config, 1) != int(config.world.test_seed)
-  assert len({dw.world_seed(config, i) for i in range(1, 50)}) == 49
+  seeds = {derived_world_seed(config, "demonstration_world", i) for i in range(1, 50)}
+  assert len(seeds) == 49 and int(config.world.test_seed) not in seeds
 
 
 

@@ -134,6 +134,12 @@ class ToolRegistry:
     return [{"name": t.name, "description": t.description, "parameters": dict(t.parameters)}
             for t in self._tools.values()]
 
+  def for_task(self, task_id: str) -> ToolRegistry:
+    """The registry that runs task `task_id`'s calls: this one (`TaskRoutedRegistry`
+    routes each task to its own world's)."""
+    del task_id
+    return self
+
   def call(self, name: Any, args: Any) -> ToolResult:
     """Runs tool `name` with `args` (a dict or a JSON object string); never raises."""
     start = time.perf_counter()
@@ -175,3 +181,31 @@ class ToolRegistry:
     if isinstance(out, str):
       return ToolResult(ok=True, text=out)
     return error(f"{name} returned {type(out).__name__}, expected ToolResult or str")
+
+
+class TaskRoutedRegistry:
+  """The tools of several worlds: each task's calls run in its own world's registry.
+
+  RL on many training worlds (`world.train_worlds`) asks about entities whose pages
+  exist in one world only, so a call is routed by the id of the task it serves (M's
+  question; S's calls carry their query's id). A world's registry is opened on its
+  first call and kept.
+
+  Args:
+    world_of: task id -> the key of its world.
+    open_world: world key -> that world's registry (the same tools in every world).
+  """
+
+  def __init__(self, world_of: Mapping[str, Any], open_world: Callable[[Any], ToolRegistry]):
+    self._world_of = dict(world_of)
+    self._open_world = open_world
+    self._opened: dict[Any, ToolRegistry] = {}
+
+  def for_task(self, task_id: str) -> ToolRegistry:
+    """Task `task_id`'s world's registry; a KeyError naming the id for an unknown task."""
+    if task_id not in self._world_of:
+      raise KeyError(f"no training world holds task {task_id!r}")
+    world = self._world_of[task_id]
+    if world not in self._opened:
+      self._opened[world] = self._open_world(world)
+    return self._opened[world]

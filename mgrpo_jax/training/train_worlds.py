@@ -1,0 +1,138 @@
+"""RL's training questions and their tools, over one world or many (`world.train_worlds`).
+
+On one training world a small model can raise its training reward by remembering that
+world's facts instead of reading the pages, which does not carry to the unseen test
+world: the demo's agents after RL answered 0.89 of the training world's questions
+greedily and 0.76 of the test world's, the gap in look-ups and three-hop chains
+(docs/RESULTS.md). With W = `world.train_worlds` > 1 the training questions are spread
+over W worlds, so each world's facts come up a few times at most and reading is what
+pays.
+
+World 0 is the run's built training world (its train split and index, as with W = 1);
+worlds 1..W-1 are generated from seeds derived from `world.seed` (never the test
+world's seed, and for renderings with their own names none of the test world's names),
+each with its own SQLite FTS5 index under `<world_path>/train_worlds/`, built once under
+a file lock (both slices build the same set). The built split's question count N is
+split evenly over the W worlds: world 0 keeps the first share of its questions, world w
+draws its share from the stage mixture with its own seed, ids `train-w<w>-...`. Tool
+calls and S's r_expert go to the world of the question they serve
+(`TaskRoutedRegistry`, `TaskRoutedJudge`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from mgrpo_jax.agents.tools import TaskRoutedRegistry, ToolRegistry
+from mgrpo_jax.agents.tools.search import build_index
+from mgrpo_jax.tasks.questions import Question
+from mgrpo_jax.training import agent_setup
+from mgrpo_jax.training.data import load_questions, question_mixture, world_rendering
+from mgrpo_jax.training.files import file_lock
+
+
+def derived_world_seed(config, purpose: str, index: int) -> int:
+  """The seed of generated world `index` >= 1 for `purpose` (never the test world's)."""
+  seed = agent_setup.derive_seed(int(config.world.seed), purpose, index)
+  return seed + 1 if seed == int(config.world.test_seed) else seed
+
+
+def question_counts(total: int, num_worlds: int, *, total_key: str,
+                    worlds_key: str) -> list[int]:
+  """`total` split over `num_worlds` as evenly as possible (earlier worlds get the rest);
+  a ValueError naming both config keys when some world would get none."""
+  if num_worlds < 1 or total < num_worlds:
+    raise ValueError(f"{total_key} ({total}) must be at least {worlds_key} ({num_worlds}) "
+                     ">= 1")
+  share, rest = divmod(total, num_worlds)
+  return [share + (i < rest) for i in range(num_worlds)]
+
+
+class TaskRoutedJudge:
+  """r_expert of each task by its own world's expert judge (`tasks.judges.ExpertJudge`)."""
+
+  def __init__(self, judge_of: Mapping[str, Callable[..., float]]):
+    self._judge_of = dict(judge_of)
+
+  def __call__(self, task, subtask: str, report: str) -> float:
+    return self._judge_of[task.id](task, subtask, report)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingTasks:
+  """What RL trains on.
+
+  Attributes:
+    questions: every world's training questions, world 0's first.
+    registry: the tools; with several worlds a `TaskRoutedRegistry`.
+    expert_judge: r_expert of S's reports (`judge(question, subtask, report)`).
+  """
+  questions: list[Question]
+  registry: ToolRegistry | TaskRoutedRegistry
+  expert_judge: Callable[..., float]
+
+
+def training_tasks(config, world_path: pathlib.Path) -> TrainingTasks:
+  """The module docstring's questions, tools and judge for `config.world`.
+
+  Args:
+    config: the run's config (`world.*`, `tools.*`).
+    world_path: the run's built world (`data.ensure_world`).
+  """
+  world = config.world
+  stage = str(world.stage)
+  built = load_questions(world_path, world, stage)
+  registry = agent_setup.tool_registry(world_path, config)
+  num_worlds = int(world.train_worlds)
+  if num_worlds == 1 or str(world.source) != "generated":
+    return TrainingTasks(built, registry, _built_world_judge(config))
+  rendering = world_rendering(config)
+  train_world, test_world = rendering.split_worlds(str(world.size), int(world.seed),
+                                                   int(world.test_seed))
+  counts = question_counts(len(built), num_worlds, total_key=f"the {stage} training split",
+                           worlds_key="world.train_worlds")
+  folder = pathlib.Path(world_path) / "train_worlds"
+  questions = built[:counts[0]]
+  world_of: dict[str, Any] = {q.id: 0 for q in questions}
+  judges = {0: rendering.expert_judge(train_world)}
+  mixture = question_mixture(world)
+  for index in range(1, num_worlds):
+    source = rendering.generate(str(world.size), derived_world_seed(config, "train_world", index),
+                                frozenset(test_world.names))
+    own = rendering.synthesize(source, counts[index], stage=mixture,
+                               seed=agent_setup.derive_seed(int(world.seed), "train_questions",
+                                                            index) % 2**16,
+                               id_prefix=f"train-w{index}")
+    _ensure_index(rendering, source, folder / f"world_{index}.sqlite")
+    judges[index] = rendering.expert_judge(source)
+    world_of.update({q.id: index for q in own})
+    questions += own
+
+  def open_world(index: int) -> ToolRegistry:
+    return registry if index == 0 else agent_setup.index_tool_registry(
+        folder / f"world_{index}.sqlite", config)
+
+  return TrainingTasks(
+      questions, TaskRoutedRegistry(world_of, open_world),
+      TaskRoutedJudge({qid: judges[index] for qid, index in world_of.items()}))
+
+
+def _built_world_judge(config):
+  rendering = world_rendering(config)
+  train_world, _ = rendering.split_worlds(str(config.world.size), int(config.world.seed),
+                                          int(config.world.test_seed))
+  return rendering.expert_judge(train_world)
+
+
+def _ensure_index(rendering, source, path: pathlib.Path) -> None:
+  """Builds `source`'s search index at `path` once (the two slices share the folder)."""
+  path.parent.mkdir(parents=True, exist_ok=True)
+  with file_lock(path.with_suffix(".lock")):
+    if not path.exists():
+      partial = path.with_suffix(".partial")
+      partial.unlink(missing_ok=True)
+      build_index(rendering.render_pages(source), partial)
+      partial.replace(path)

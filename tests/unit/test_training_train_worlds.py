@@ -1,0 +1,131 @@
+"""RL over many training worlds (`world.train_worlds`): the questions are spread over the
+worlds, and every tool call and r_expert goes to the world of the question it serves."""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import pytest
+
+from mgrpo_jax.agents import Agent, AgentLimits, OraclePolicy, RolloutConfig, make_controller, score
+from mgrpo_jax.agents.tools import TaskRoutedRegistry, ToolRegistry
+from mgrpo_jax.config import ConfigError, apply_overrides, base_config, validate
+from mgrpo_jax.tasks import judges
+from mgrpo_jax.tasks.renderings import get_rendering
+from mgrpo_jax.text import SentencePieceTokenizer
+from mgrpo_jax.training.data import ensure_world, load_questions
+from mgrpo_jax.training.train_worlds import derived_world_seed, question_counts, training_tasks
+
+SYMBOLIC = get_rendering("symbolic")
+WORLDS = 4
+LIMITS = RolloutConfig(main=AgentLimits(max_turns=8, context_tokens=8192, max_new_tokens=512),
+                       sub=AgentLimits(max_turns=4, context_tokens=8192, max_new_tokens=512))
+
+
+def _config(**world):
+  config = base_config()
+  apply_overrides(config, {"world.render": "symbolic", "world.size": "tiny",
+                           "world.stage": "stage1", **{f"world.{k}": v for k, v in world.items()}})
+  validate(config)
+  return config
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+  root = tmp_path_factory.mktemp("run")
+  config = _config(train_worlds=WORLDS)
+  world_path = ensure_world(root, config.world)
+  return config, world_path, load_questions(world_path, config.world, "stage1")
+
+
+@pytest.fixture(scope="module")
+def tasks(built):
+  config, world_path, _ = built
+  return training_tasks(config, world_path)
+
+
+def test_the_questions_are_spread_evenly_over_the_worlds(built, tasks):
+  _, _, built_questions = built
+  assert len(tasks.questions) == len(built_questions) == 400
+  assert len({q.id for q in tasks.questions}) == 400
+  assert tasks.questions[:100] == built_questions[:100]  # world 0 is the built world
+  worlds = collections.Counter(q.id.split("-")[1] if q.id.startswith("train-w") else "w0"
+                               for q in tasks.questions)
+  assert worlds == {"w0": 100, "w1": 100, "w2": 100, "w3": 100}
+  # Stage 1's types in every world.
+  assert {q.type for q in tasks.questions[300:]} == {q.type for q in built_questions}
+
+
+def test_the_rl_worlds_are_neither_the_demonstration_worlds_nor_the_test_world(built):
+  config = built[0]
+  rl = {derived_world_seed(config, "train_world", i) for i in range(1, 100)}
+  demo = {derived_world_seed(config, "demonstration_world", i) for i in range(1, 100)}
+  assert len(rl) == 99 and not rl & demo and int(config.world.test_seed) not in rl
+
+
+def test_one_world_is_the_built_world_as_before(built):
+  config, world_path, built_questions = built
+  one = training_tasks(_config(train_worlds=1), world_path)
+  assert one.questions == built_questions
+  assert isinstance(one.registry, ToolRegistry)
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory, tasks):
+  """Any tokenizer does: the oracles' text is tokenized, never generated."""
+  return SentencePieceTokenizer.train([q.text for q in tasks.questions],
+                                      tmp_path_factory.mktemp("tok"), 300)
+
+
+def _oracle_rollouts(tokenizer, registry, questions, expert_judge):
+  main = Agent(OraclePolicy(SYMBOLIC.main_oracle(0.0, 0), tokenizer), tokenizer)
+  sub = Agent(OraclePolicy(SYMBOLIC.sub_oracle(0.0, 0), tokenizer), tokenizer)
+  out = make_controller("mgrpo", main, registry, LIMITS, sub=sub).run(questions, 1, 0)
+  return score(out.main, out.sub, questions, judges.ExactMatchJudge(), expert_judge)
+
+
+def test_each_question_is_answered_with_its_own_worlds_tools(tokenizer, tasks):
+  """The clean oracles answer questions of all four worlds through the routed tools,
+  and S's reports score r_expert 1 by their own world's judge; the same questions
+  through world 0's tools fail where they need a look-up outside world 0."""
+  sample = [q for i in range(WORLDS) for q in tasks.questions[100 * i:100 * i + 12]]
+  main, sub = _oracle_rollouts(tokenizer, tasks.registry, sample, tasks.expert_judge)
+  assert [r.correct for r in main] == [1.0] * len(sample)
+  assert sub and np.mean([r.expert for r in sub]) == 1.0
+  world_zero = tasks.registry.for_task(sample[0].id)
+  main, _ = _oracle_rollouts(tokenizer, world_zero, sample, tasks.expert_judge)
+  other = [r.correct for r, q in zip(main, sample, strict=True)
+           if q.id.startswith("train-w") and q.type != "puzzle"]
+  assert other and np.mean(other) < 0.5
+
+
+def test_a_routed_registry_opens_each_world_once_and_names_an_unknown_task():
+  opened = []
+
+  def open_world(world):
+    opened.append(world)
+    return ToolRegistry()
+
+  routed = TaskRoutedRegistry({"a": 0, "b": 1, "c": 1}, open_world)
+  assert routed.for_task("b") is routed.for_task("c")
+  assert routed.for_task("a") is not routed.for_task("b")
+  assert opened == [1, 0]
+  with pytest.raises(KeyError, match="no training world holds task 'd'"):
+    routed.for_task("d")
+
+
+def test_question_counts_split_the_total_evenly():
+  assert question_counts(31, 3, total_key="t", worlds_key="w") == [11, 10, 10]
+  assert question_counts(4, 4, total_key="t", worlds_key="w") == [1, 1, 1, 1]
+  with pytest.raises(ValueError, match=r"^world.train_worlds's split \(2\) must be at least "
+                     r"w \(3\)"):
+    question_counts(2, 3, total_key="world.train_worlds's split", worlds_key="w")
+
+
+def test_several_worlds_need_generated_questions():
+  config = base_config()
+  apply_overrides(config, {"world.train_worlds": 2, "world.source": "jsonl",
+                           "world.source_path": "q.jsonl"})
+  with pytest.raises(ConfigError, match="world.train_worlds"):
+    validate(config)
