@@ -55,16 +55,22 @@ def test_two_slices_complete_every_step(reference):
   workdir, output = reference
   store = open_store(str(workdir / "store"))
   delegations = 0
+  query_ids = []
   for step in range(NUM_STEPS):
     outcomes = MainOutcomes.from_bytes(outcomes_key(RUN_ID, step),
                                        store.get(outcomes_key(RUN_ID, step)))
     assert outcomes.shape == (1, 3)
     delegations += int(outcomes.to_arrays()["num_sub_calls"].sum())
+    query_ids += [q.query_id for q in outcomes.queries]
     for name in ("main", "sub"):
       ack = SliceAck.from_bytes(ack_key(RUN_ID, step, name),
                                 store.get(ack_key(RUN_ID, step, name)))
       assert ack.weight_version == step + 1
   assert delegations > 0
+  # Two of the eight training worlds were asked (`world.train_worlds`: world 1's ids are
+  # `train-w1-...`), their tool calls routed by question on both sides of the socket.
+  assert any(i.startswith("train-w1-") for i in query_ids), query_ids
+  assert any(not i.startswith("train-w") for i in query_ids), query_ids
   for role in ("main", "sub"):
     step, arrays = trainer_harness.checkpoint_arrays(workdir, role)
     assert step == NUM_STEPS and int(arrays["/step"]) == NUM_STEPS

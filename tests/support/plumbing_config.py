@@ -5,6 +5,8 @@
 It tests the decoupled training system (processes, sockets, store, checkpoints, exact
 resume), not learning, so it stays fixed while `configs/local_demo.py` (the demo) is
 tuned: the tiny world, `tiny` models, full system prompts, B=2, K=4, D=4, 3 steps.
+The training questions come from eight worlds (`world.train_worlds`), so every trainer
+test also routes tool calls and r_expert by question, across the slices' socket.
 """
 
 from mgrpo_jax.config import apply_overrides, base_config
@@ -15,6 +17,7 @@ OVERRIDES = {
     "experiment.num_steps": 3,
     "world.size": "tiny",
     "world.stage": "stage1",
+    "world.train_worlds": 8,
     "world.tokenizer_vocab_size": 1024,
     "mgrpo.queries_per_step": 2,
     "mgrpo.rollouts_per_query": 4,
