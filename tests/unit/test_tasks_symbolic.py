@@ -106,14 +106,15 @@ def test_the_clean_oracles_solve_every_question_through_the_tools(test_env):
 
 
 def test_each_mistake_hits_only_the_questions_its_agent_owns(test_env):
-  """Always-on mistakes (rate 1, what a greedy policy imitates): M's fail every puzzle and
-  every three-hop chain, S's the look-ups of its two relations; differences stay solved."""
+  """Always-on mistakes (rate 1, what a greedy policy imitates): M's fail every puzzle,
+  every difference (the subtraction sent to S) and every three-hop chain, S's the
+  look-ups of its two relations."""
   _, registry, qs = test_env
   clean_main, clean_sub = SYMBOLIC.main_oracle(0.0, 0), SYMBOLIC.sub_oracle(0.0, 0)
   main_only = accuracy_by_type(qs, SYMBOLIC.main_oracle(1.0, 0), clean_sub, registry)
-  assert main_only["puzzle"] == 0.0
+  assert main_only["puzzle"] == main_only["difference"] == 0.0
   assert main_only["three_hop"] < 0.1  # only chains that repeat a relation survive
-  assert main_only["lookup"] == main_only["two_hop"] == main_only["difference"] == 1.0
+  assert main_only["lookup"] == main_only["two_hop"] == 1.0
   sub_only = accuracy_by_type(qs, clean_main, SYMBOLIC.sub_oracle(1.0, 0), registry)
   assert sub_only["puzzle"] == sub_only["difference"] == 1.0
   targeted = [q for q in qs if q.type == "lookup" and q.text.split()[1] in ("boss", "maker")]

@@ -11,8 +11,9 @@ noise would be averaged away by a greedy policy), each applied with probability 
 to its targeted cases, decided by a hash of (seed, mistake, task text):
   M, `wrong_relation_hop`: at that hop (1-based) of a chain, M asks for the previous
       hop's property again (only training M fixes it);
-  M, `wrong_tool_types`: questions of these types send their expression to S instead of
-      the reason tool (S finds nothing; only training M fixes it);
+  M, `wrong_tool_types`: questions of these types (puzzles; differences, after their two
+      look-ups) send their arithmetic to S instead of the reason tool (S finds nothing;
+      only training M fixes it);
   S, `neighbour_value`: for these properties S reports the value of the page line after
       the asked one, under the asked property (only training S fixes it).
 `rate` applies to each of an agent's mistakes; `rates` overrides it per mistake name.
@@ -32,7 +33,7 @@ from mgrpo_jax.tasks.symbolic import vocabulary as vocab
 @dataclasses.dataclass(frozen=True)
 class MainNoise:
   wrong_relation_hop: int = 3
-  wrong_tool_types: tuple[str, ...] = ("puzzle",)
+  wrong_tool_types: tuple[str, ...] = ("puzzle", "difference")
   rate: float = 0.7
   seed: int = 0
   rates: tuple[tuple[str, float], ...] = ()
@@ -88,23 +89,25 @@ class SymbolicMainOracle:
     report = _ask(steps, Action.delegate(language.subtask_text(entity, prop)))
     return next((v for p, v in language.parse_report(report) if p == prop), None)
 
-  def _reason(self, steps: Iterator[Step], expression: str) -> str:
+  def _compute(self, steps: Iterator[Step], kind: str, question: str, expression: str) -> str:
+    """`expression`'s value from the reason tool, or, with the `wrong_tool` mistake on a
+    question of type `kind`, the first number of S's report on it (S finds nothing)."""
+    if (self.noise is not None and kind in self.noise.wrong_tool_types
+        and self._mistake("wrong_tool", question)):
+      report = _ask(steps, Action.delegate(expression))
+      numbers = [t for t in report.split() if t.lstrip("-").isdigit()]
+      return numbers[0] if numbers else vocab.NONE
     result = _ask(steps, Action.tool("reason", problem=expression)).strip()
     return vocab.NONE if result.startswith("error") else result
 
   def _replay(self, question: str, plan, steps: Iterator[Step]) -> str:
     if isinstance(plan, language.Puzzle):
-      if (self.noise is not None and "puzzle" in self.noise.wrong_tool_types
-          and self._mistake("wrong_tool", question)):
-        report = _ask(steps, Action.delegate(plan.expression))
-        numbers = [t for t in report.split() if t.lstrip("-").isdigit()]
-        return numbers[0] if numbers else vocab.NONE
-      return self._reason(steps, plan.expression)
+      return self._compute(steps, "puzzle", question, plan.expression)
     if isinstance(plan, language.Difference):
       years = [self._look_up(steps, e, vocab.YEAR) for e in (plan.first, plan.second)]
       if None in years:
         return vocab.NONE
-      return self._reason(steps, f"{years[0]} - {years[1]}")
+      return self._compute(steps, "difference", question, f"{years[0]} - {years[1]}")
     current = plan.entity
     for hop, prop in enumerate(plan.props, start=1):
       asked = prop
