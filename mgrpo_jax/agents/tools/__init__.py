@@ -48,6 +48,7 @@ def world_index(world_path: pathlib.Path, world: str = "train_world") -> pathlib
   return world_path / "index" / f"{world}.sqlite"
 
 
-__all__ = ["Limits", "SearchIndex", "TaskRoutedRegistry", "Tool", "ToolRegistry", "ToolResult", "build_index",
-           "check_tool", "default_registry", "evaluate", "index_registry", "make_reason_tool",
-           "make_search_tool", "make_visit_tool", "validate_args", "world_index"]
+__all__ = ["Limits", "SearchIndex", "TaskRoutedRegistry", "Tool", "ToolRegistry", "ToolResult",
+           "build_index", "check_tool", "default_registry", "evaluate", "index_registry",
+           "make_reason_tool", "make_search_tool", "make_visit_tool", "validate_args",
+           "world_index"]
