@@ -6,7 +6,8 @@ world: the demo's agents after RL answered 0.89 of the training world's question
 greedily and 0.76 of the test world's, the gap in look-ups and three-hop chains
 (docs/RESULTS.md). With W = `world.train_worlds` > 1 the training questions are spread
 over W worlds, so each world's facts come up a few times at most and reading is what
-pays.
+pays. (On the demo, 400 worlds gave the same held-out accuracy after 40 steps and a
+little more after 80: memorizing was not what held it back there.)
 
 World 0 is the run's built training world (its train split and index, as with W = 1);
 worlds 1..W-1 are generated from seeds derived from `world.seed` (never the test
