@@ -87,18 +87,19 @@ def training_tasks(config, world_path: pathlib.Path) -> TrainingTasks:
   stage = str(world.stage)
   built = load_questions(world_path, world, stage)
   registry = agent_setup.tool_registry(world_path, config)
-  num_worlds = int(world.train_worlds)
-  if num_worlds == 1 or str(world.source) != "generated":
-    return TrainingTasks(built, registry, _built_world_judge(config))
   rendering = world_rendering(config)
   train_world, test_world = rendering.split_worlds(str(world.size), int(world.seed),
                                                    int(world.test_seed))
+  judge = rendering.expert_judge(train_world)
+  num_worlds = int(world.train_worlds)  # > 1 only with generated questions (validate)
+  if num_worlds == 1:
+    return TrainingTasks(built, registry, judge)
   counts = question_counts(len(built), num_worlds, total_key=f"the {stage} training split",
                            worlds_key="world.train_worlds")
   folder = pathlib.Path(world_path) / "train_worlds"
   questions = built[:counts[0]]
   world_of: dict[str, Any] = {q.id: 0 for q in questions}
-  judges = {0: rendering.expert_judge(train_world)}
+  judges = {0: judge}
   mixture = question_mixture(world)
   for index in range(1, num_worlds):
     source = rendering.generate(str(world.size), derived_world_seed(config, "train_world", index),
@@ -107,7 +108,7 @@ def training_tasks(config, world_path: pathlib.Path) -> TrainingTasks:
                                seed=agent_setup.derive_seed(int(world.seed), "train_questions",
                                                             index) % 2**16,
                                id_prefix=f"train-w{index}")
-    _ensure_index(rendering, source, folder / f"world_{index}.sqlite")
+    ensure_world_index(rendering, source, folder / f"world_{index}.sqlite")
     judges[index] = rendering.expert_judge(source)
     world_of.update({q.id: index for q in own})
     questions += own
@@ -121,15 +122,9 @@ def training_tasks(config, world_path: pathlib.Path) -> TrainingTasks:
       TaskRoutedJudge({qid: judges[index] for qid, index in world_of.items()}))
 
 
-def _built_world_judge(config):
-  rendering = world_rendering(config)
-  train_world, _ = rendering.split_worlds(str(config.world.size), int(config.world.seed),
-                                          int(config.world.test_seed))
-  return rendering.expert_judge(train_world)
-
-
-def _ensure_index(rendering, source, path: pathlib.Path) -> None:
-  """Builds `source`'s search index at `path` once (the two slices share the folder)."""
+def ensure_world_index(rendering, source, path: pathlib.Path) -> None:
+  """Builds generated world `source`'s search index at `path` once, under a file lock and
+  through a temporary file (the two slices, or an interrupted build, share the folder)."""
   path.parent.mkdir(parents=True, exist_ok=True)
   with file_lock(path.with_suffix(".lock")):
     if not path.exists():
