@@ -19,11 +19,14 @@ import dataclasses
 import pathlib
 
 from mgrpo_jax.agents.tools import ToolRegistry
-from mgrpo_jax.agents.tools.search import build_index
 from mgrpo_jax.tasks import questions as questions_lib
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.data import question_mixture, world_rendering
-from mgrpo_jax.training.train_worlds import derived_world_seed, question_counts
+from mgrpo_jax.training.train_worlds import (
+  derived_world_seed,
+  ensure_world_index,
+  question_counts,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,8 +63,7 @@ def demonstration_worlds(config, world_path: pathlib.Path, folder: pathlib.Path
                                   derived_world_seed(config, "demonstration_world", index),
                                   frozenset(test_world.names))
       index_path = folder / "worlds" / f"world_{index}.sqlite"
-      if not index_path.exists():
-        build_index(rendering.render_pages(source), index_path)
+      ensure_world_index(rendering, source, index_path)
       registry = agent_setup.index_tool_registry(index_path, config)
     names = ("demonstration_questions",) + ((index,) if index else ())
     seed = agent_setup.derive_seed(run_seed, *names) % 2**16
