@@ -3,9 +3,10 @@
   python launch/sweep.py --sweep=configs/sweeps/learning_rate.py --only=mlr0.001-slr0.001-s0
 
 Runs are named mlr<main lr>-slr<sub lr>-s<seed>; the run name is also experiment.run_id.
+They share one compilation cache, `<workdir>/jax_cache`.
 """
 
-from mgrpo_jax.config.sweep import Sweep, axis, grid
+from mgrpo_jax.config.sweep import SHARED_COMPILATION_CACHE, Sweep, axis, grid
 
 LEARNING_RATES = (1e-3, 3e-4)
 SEEDS = (0, 1)
@@ -17,5 +18,5 @@ def get_sweep() -> Sweep:
       base_config="configs/local_demo.py",
       runs=grid(axis("main.optim.learning_rate", LEARNING_RATES, label="mlr{:g}"),
                 axis("sub.optim.learning_rate", LEARNING_RATES, label="slr{:g}"),
-                axis("experiment.seed", SEEDS, label="s{}")),
+                axis("experiment.seed", SEEDS, label="s{}"), fixed=SHARED_COMPILATION_CACHE),
   )

@@ -18,10 +18,12 @@ The arms mgrpo, frozen_sub and no_alignment of one seed start from the same warm
 (same demonstrations, same fine-tuning), computed once in
 `<workdir>/warm_start/multi-s<seed>`; each other arm has its own, with the same budget,
 in `<workdir>/warm_start/<arm>-s<seed>` (its demonstrations differ: one model, or one
-context budget).
+context budget). The three arms that share a warm start also share its held-out
+evaluation (computed by the first; `evaluation.stage.shared_evaluation`), and every run
+loads the programs the others compiled from `<workdir>/jax_cache`.
 """
 
-from mgrpo_jax.config.sweep import Axis, Run, Sweep, axis, grid
+from mgrpo_jax.config.sweep import SHARED_COMPILATION_CACHE, Axis, Run, Sweep, axis, grid
 
 LONG_CONTEXT = 1024
 # Rows per update pass at the long budget. Every RL row is padded to the context, and
@@ -58,6 +60,6 @@ def _arm_run(run: Run) -> Run:
 
 
 def get_sweep() -> Sweep:
-  runs = grid(ARMS, axis("experiment.seed", SEEDS, label="s{}"))
+  runs = grid(ARMS, axis("experiment.seed", SEEDS, label="s{}"), fixed=SHARED_COMPILATION_CACHE)
   return Sweep(name="paper_comparison", base_config="configs/local_demo.py",
                runs=tuple(_arm_run(run) for run in runs))

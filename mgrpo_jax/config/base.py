@@ -40,3 +40,18 @@ def apply_overrides(config: ml_collections.ConfigDict, overrides: dict[str, Any]
       raise ConfigError(f"override {dotted!r}: config key {dotted!r} is not a known setting")
     with node.ignore_type():
       node[leaf] = value
+
+
+def flat_values(config, *, excluding: tuple[str, ...] = ()) -> dict[str, Any]:
+  """{dotted key: value} of `config` (a ConfigDict or nested dicts), sorted by key, without
+  the keys in `excluding` (a name ending in "." excludes its whole group)."""
+  def flatten(node, prefix: str) -> dict[str, Any]:
+    out = {}
+    for name, value in node.items():
+      key = f"{prefix}{name}"
+      out.update(flatten(value, key + ".") if hasattr(value, "items") else {key: value})
+    return out
+
+  values = flatten(config.to_dict() if hasattr(config, "to_dict") else config, "")
+  return {key: value for key, value in sorted(values.items())
+          if not any(key == k or (k.endswith(".") and key.startswith(k)) for k in excluding)}

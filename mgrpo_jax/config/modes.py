@@ -63,6 +63,14 @@ class Mode:
     agent; mgrpo (M and S demonstrated separately) for every multi-agent mode."""
     return parse_mode("single_agent" if self.single else "mgrpo")
 
+  @property
+  def rollouts(self) -> str:
+    """The name of the mode whose rollouts this one's are: "mgrpo" for every decoupled
+    mode (M and S, each its own weights, roll out alike; they differ only in what RL
+    trains), else this mode's own. Two modes with the same `rollouts` evaluate the same
+    parameters identically."""
+    return "mgrpo" if self.decoupled else self.name
+
   def check_agent(self, role: str) -> str:
     """`role` if it has its own weights in this mode; else a ValueError naming both."""
     if role not in self.agents:

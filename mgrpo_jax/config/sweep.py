@@ -30,6 +30,13 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 _SCALAR_TYPES = (bool, int, float, str)
 
 
+# Overrides that point every run of a sweep at one persistent compilation cache beside
+# the runs' folders (`<sweep workdir>/jax_cache`; the key is relative to each run's
+# folder). A sweep's runs compile the same programs (one architecture, the same length
+# buckets), so each program compiles once per sweep instead of once per run.
+SHARED_COMPILATION_CACHE = MappingProxyType({"experiment.compilation_cache_dir": "../jax_cache"})
+
+
 class SweepError(ConfigError):
   """A sweep file, a run or one of its overrides is invalid."""
 

@@ -4,24 +4,77 @@ It writes the summary to `<local>/eval/<label>.json` (with the RL step it evalua
 when given: a run extended past that step evaluates its label again) and, with
 `eval.viewer_questions` = n > 0, the first n questions' rollouts as a self-contained
 HTML page, `<local>/report/trajectories_<label>.html` (`metrics.trajectory_page`).
+
+Runs that would evaluate the same parameters on the same questions alike (the arms of
+the paper's comparison that share a warm start: mgrpo, frozen_sub and no_alignment)
+evaluate them once: `shared_evaluation` keeps the first run's summary and page in a
+folder named by `evaluation_key`, and the others copy them.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pathlib
 import time
+from collections.abc import Callable
 from typing import Any
 
+from mgrpo_jax.config import flat_values
+from mgrpo_jax.config.modes import parse_mode
 from mgrpo_jax.evaluation import held_out, trajectories
 from mgrpo_jax.metrics import trajectory_page
 from mgrpo_jax.scale.writers import log
+from mgrpo_jax.training.files import file_lock
 from mgrpo_jax.training.paths import RunPaths
 from mgrpo_jax.utils.atomic_files import atomic_write
+
+# Keys that name a run or shape only its RL stage, never what an evaluation of given
+# parameters computes (`experiment.mode` enters as `Mode.rollouts`).
+_NOT_EVALUATED = ("experiment.name", "experiment.run_id", "experiment.mode",
+                  "experiment.num_steps", "experiment.compilation_cache_dir", "logging.",
+                  "main.optim.", "sub.optim.", "main.loss.", "sub.loss.")
 
 
 def _summary_path(paths: RunPaths, label: str) -> pathlib.Path:
   return paths.local / "eval" / f"{label}.json"
+
+
+def _page_path(paths: RunPaths, label: str) -> pathlib.Path:
+  return paths.local / "report" / f"trajectories_{label}.html"
+
+
+def evaluation_key(config) -> str:
+  """16 hex digits naming what an evaluation under `config` computes: every config key
+  but `_NOT_EVALUATED`, and the mode's rollouts. Equal keys, given the same parameter
+  checkpoints (the `<role>.model.init_checkpoint` keys are part of it), mean equal
+  summaries."""
+  values = flat_values(config, excluding=_NOT_EVALUATED)
+  values["rollouts"] = parse_mode(str(config.experiment.mode)).rollouts
+  return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def shared_evaluation(paths: RunPaths, label: str, kept: pathlib.Path,
+                      evaluate: Callable[[], None]) -> None:
+  """Evaluates `label` once for all runs that keep it in the folder `kept`.
+
+  Under the folder's lock: when it holds a summary, copies it (and its trajectory page)
+  into this run; else calls `evaluate()`, which writes this run's `label`, and keeps a
+  copy (the summary last, so a kept summary is always whole).
+  """
+  files = ((_page_path(paths, label), kept / "trajectories.html"),
+           (_summary_path(paths, label), kept / "summary.json"))
+  with file_lock(kept / ".lock"):
+    if files[-1][1].exists():
+      for mine, theirs in files:
+        if theirs.exists():
+          atomic_write(mine, theirs.read_bytes())
+      log(f"eval {label}: reusing {kept}")
+      return
+    evaluate()
+    for mine, theirs in files:
+      if mine.exists():
+        atomic_write(theirs, mine.read_bytes())
 
 
 def evaluated(paths: RunPaths, label: str, step: int | None = None) -> dict[str, Any] | None:

@@ -6,7 +6,9 @@
               checkpoint; the RL slices start from it.
   eval before (`eval.enabled`) the warm-started agents on the held-out test world
               -> `<local>/eval/warm_start.json`, in a child process
-              (`--slice=all --stage=eval_before`).
+              (`--slice=all --stage=eval_before`); runs that share a warm-start folder
+              (`warm_start.dir`) and roll out alike evaluate it once (the first one;
+              `evaluation.stage.shared_evaluation`, kept in `<folder>/eval/<key>/`).
   rl          stage 2, M-GRPO: the two slices as processes (`run.run_children`; the step
               protocol of docs/ALGORITHM.md); with `eval.every` = e > 0 they keep the
               checkpoints of every e-th step.
@@ -34,10 +36,15 @@ from absl import logging as absl_logging
 
 from mgrpo_jax.config.modes import parse_mode
 from mgrpo_jax.evaluation.held_out import Source
-from mgrpo_jax.evaluation.stage import evaluated, run_evaluation
+from mgrpo_jax.evaluation.stage import (
+  evaluated,
+  evaluation_key,
+  run_evaluation,
+  shared_evaluation,
+)
 from mgrpo_jax.metrics import report
 from mgrpo_jax.scale.writers import log
-from mgrpo_jax.training.paths import RunPaths
+from mgrpo_jax.training.paths import RunPaths, warm_start_folder
 from mgrpo_jax.warm_start.stage import run_warm_start, with_init_checkpoints
 
 
@@ -96,6 +103,19 @@ def _evaluate(config, workdir: str, spawn, stage: str, labels: dict[str, int | N
   return {label: evaluated(paths, label, step) for label, step in labels.items()}
 
 
+def _evaluate_warm_start(config, workdir: str, spawn) -> dict[str, Any]:
+  """The warm start's held-out summary: evaluated by an "eval_before" child, or, for a
+  warm-start folder shared with other runs (`warm_start.dir`), copied from the one of
+  them that evaluated it under the same `evaluation_key`."""
+  labels = {"warm_start": None}
+  paths = RunPaths.from_config(config, workdir)
+  if config.warm_start.enabled and config.warm_start.dir and evaluated(paths, "warm_start") is None:
+    kept = warm_start_folder(config, paths) / "eval" / evaluation_key(config)
+    shared_evaluation(paths, "warm_start", kept,
+                      lambda: _evaluate(config, workdir, spawn, "eval_before", labels))
+  return _evaluate(config, workdir, spawn, "eval_before", labels)["warm_start"]
+
+
 def run_all(config, workdir: str, spawn) -> None:
   """warm start -> eval before -> RL -> eval after -> report; every stage in children.
 
@@ -114,7 +134,7 @@ def run_all(config, workdir: str, spawn) -> None:
     config = with_init_checkpoints(config, run_warm_start(config, paths, spawn))
   warm_started = all(config[role].model.init_checkpoint for role in mode.agents)
   if config.eval.enabled and warm_started:
-    before = _evaluate(config, workdir, spawn, "eval_before", {"warm_start": None})["warm_start"]
+    before = _evaluate_warm_start(config, workdir, spawn)
   config = _keeps_curve_checkpoints(config)
   spawn(config, workdir, ("sub", "main"), "rl")
   curve = []

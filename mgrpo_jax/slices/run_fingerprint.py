@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from mgrpo_jax.config import ConfigError
+from mgrpo_jax.config import ConfigError, flat_values
 from mgrpo_jax.store import StoreConflictError, open_store
 
 FINGERPRINT_KEY = "run_config.json"
@@ -40,23 +40,9 @@ RESUMABLE_KEYS: tuple[str, ...] = (
 _EMPTY_MATCHES_ANY = ("main.model.init_checkpoint", "sub.model.init_checkpoint")
 
 
-def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
-  out = {}
-  for name, value in node.items():
-    key = f"{prefix}{name}"
-    if hasattr(value, "items"):
-      out.update(_flatten(value, key + "."))
-    else:
-      out[key] = value
-  return out
-
-
 def defining_values(config) -> dict[str, Any]:
   """The run-defining keys of `config` (all but `RESUMABLE_KEYS`) and their values."""
-  values = _flatten(config.to_dict() if hasattr(config, "to_dict") else config)
-  return {key: value for key, value in sorted(values.items())
-          if not any(key == k or (k.endswith(".") and key.startswith(k))
-                     for k in RESUMABLE_KEYS)}
+  return flat_values(config, excluding=RESUMABLE_KEYS)
 
 
 def fingerprint_bytes(config) -> bytes:

@@ -28,6 +28,12 @@ def test_each_mode_says_which_agents_exist_and_which_are_trained():
   assert parse_mode(parse_mode("mgrpo")) is parse_mode("mgrpo")
 
 
+def test_the_decoupled_modes_roll_out_alike():
+  assert {mode: parse_mode(mode).rollouts for mode in MODES} == {
+      "mgrpo": "mgrpo", "frozen_sub": "mgrpo", "no_alignment": "mgrpo",
+      "shared_policy": "shared_policy", "single_agent": "single_agent"}
+
+
 def test_check_agent_names_the_mode_and_its_agents():
   assert parse_mode("frozen_sub").check_agent("sub") == "sub"
   with pytest.raises(ValueError, match=r"experiment.mode='single_agent' trains \('main',\), "

@@ -76,6 +76,7 @@ def test_paper_comparison_is_arms_by_seeds_with_run_ids():
     assert dict(run.overrides) == {"experiment.mode": modes[arm], "experiment.seed": seed,
                                    "experiment.name": arm, "experiment.run_id": run.name,
                                    "warm_start.dir": f"../warm_start/{team}-s{seed}",
+                                   "experiment.compilation_cache_dir": "../jax_cache",
                                    **budget}
 
 
@@ -87,7 +88,8 @@ def test_learning_rate_sweep_is_main_by_sub_by_seed():
   assert last.name == "mlr0.0003-slr0.0003-s1"
   assert dict(sweep.runs[2].overrides) == {
       "main.optim.learning_rate": 1e-3, "sub.optim.learning_rate": 3e-4,
-      "experiment.seed": 0, "experiment.run_id": "mlr0.001-slr0.0003-s0"}
+      "experiment.seed": 0, "experiment.run_id": "mlr0.001-slr0.0003-s0",
+      "experiment.compilation_cache_dir": "../jax_cache"}
 
 
 def test_grid_is_the_cartesian_product_first_axis_slowest():

@@ -1,0 +1,107 @@
+"""One evaluation per label, and one per evaluation key across runs (evaluation/stage.py)."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from mgrpo_jax.config import apply_overrides, base_config, flat_values
+from mgrpo_jax.evaluation.stage import evaluation_key, shared_evaluation
+from mgrpo_jax.training.paths import RunPaths
+from mgrpo_jax.utils.atomic_files import atomic_write
+
+
+def _config(**overrides):
+  config = base_config()
+  apply_overrides(config, {"warm_start.dir": "../warm_start/multi-s0",
+                           "main.model.init_checkpoint": "/w/multi-s0/main",
+                           "sub.model.init_checkpoint": "/w/multi-s0/sub", **overrides})
+  return config
+
+
+def test_flat_values_lists_every_key_but_the_excluded_ones_and_groups():
+  config = _config()
+  values = flat_values(config)
+  assert values["experiment.seed"] == 0 and values["main.optim.learning_rate"] > 0
+  assert list(values) == sorted(values)
+  kept = flat_values(config, excluding=("experiment.seed", "main.optim."))
+  assert set(values) - set(kept) == {"experiment.seed"} | {
+      key for key in values if key.startswith("main.optim.")}
+
+
+def test_the_decoupled_modes_and_run_labels_share_a_key_and_nothing_else_does():
+  key = evaluation_key(_config(**{"experiment.mode": "mgrpo"}))
+  same = [{"experiment.mode": "frozen_sub"}, {"experiment.mode": "no_alignment"},
+          {"experiment.name": "frozen_sub", "experiment.run_id": "frozen_sub-s0"},
+          {"experiment.num_steps": 80}, {"main.optim.learning_rate": 0.0},
+          {"sub.loss.clip_high": 0.5}, {"experiment.compilation_cache_dir": "../jax_cache"}]
+  for overrides in same:
+    assert evaluation_key(_config(**overrides)) == key, overrides
+  other = [{"experiment.mode": "shared_policy"}, {"experiment.mode": "single_agent"},
+           {"experiment.seed": 1}, {"eval.num_questions": 7}, {"eval.samples": 3},
+           {"world.test_seed": 5}, {"main.sampling.temperature": 0.5},
+           {"main.model.init_checkpoint": "/w/multi-s1/main"},
+           {"mgrpo.max_sub_calls": 2}]
+  keys = [evaluation_key(_config(**overrides)) for overrides in other]
+  assert len(set(keys) | {key}) == len(other) + 1, dict(zip(map(str, other), keys, strict=True))
+  assert len(key) == 16 and int(key, 16) >= 0
+
+
+def _paths(tmp_path, run):
+  return RunPaths.from_config(_config(**{"experiment.run_id": run}), str(tmp_path / run))
+
+
+def _writer(paths, label, text, calls):
+  """What `run_evaluation` leaves: the run's summary and trajectory page."""
+  def evaluate():
+    calls.append(paths.local.name)
+    atomic_write(paths.local / "report" / f"trajectories_{label}.html", f"<p>{text}".encode())
+    atomic_write(paths.local / "eval" / f"{label}.json", json.dumps({"accuracy": text}).encode())
+  return evaluate
+
+
+def _files(paths, label):
+  return ((paths.local / "eval" / f"{label}.json").read_bytes(),
+          (paths.local / "report" / f"trajectories_{label}.html").read_bytes())
+
+
+def test_the_first_run_evaluates_and_the_others_copy_its_files(tmp_path):
+  kept, calls = tmp_path / "warm_start" / "eval" / "k", []
+  first, second = _paths(tmp_path, "mgrpo-s0"), _paths(tmp_path, "frozen_sub-s0")
+  shared_evaluation(first, "warm_start", kept, _writer(first, "warm_start", "0.5", calls))
+  shared_evaluation(second, "warm_start", kept, _writer(second, "warm_start", "0.9", calls))
+  assert calls == ["mgrpo-s0"]
+  assert _files(second, "warm_start") == _files(first, "warm_start") == (
+      b'{"accuracy": "0.5"}', b"<p>0.5")
+
+
+def test_a_failed_evaluation_keeps_nothing_so_the_next_run_evaluates(tmp_path):
+  kept, calls = tmp_path / "k", []
+  first, second = _paths(tmp_path, "a"), _paths(tmp_path, "b")
+
+  def fails():
+    calls.append("a")
+    raise RuntimeError("the evaluation child exited 1")
+
+  with pytest.raises(RuntimeError, match="exited 1"):
+    shared_evaluation(first, "warm_start", kept, fails)
+  assert not (kept / "summary.json").exists()
+  shared_evaluation(second, "warm_start", kept, _writer(second, "warm_start", "0.7", calls))
+  assert calls == ["a", "b"] and (kept / "summary.json").read_bytes() == b'{"accuracy": "0.7"}'
+
+
+def test_runs_that_start_together_evaluate_once(tmp_path):
+  kept, calls = tmp_path / "k", []
+  runs = [_paths(tmp_path, f"r{i}") for i in range(4)]
+  threads = [threading.Thread(target=shared_evaluation,
+                              args=(paths, "warm_start", kept,
+                                    _writer(paths, "warm_start", paths.local.name, calls)))
+             for paths in runs]
+  for thread in threads:
+    thread.start()
+  for thread in threads:
+    thread.join()
+  assert len(calls) == 1
+  assert len({_files(paths, "warm_start") for paths in runs}) == 1
