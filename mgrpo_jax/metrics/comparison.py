@@ -9,11 +9,13 @@ replicates, so each number is a mean over seeds with the half-width of its 95% S
 interval (n - 1 degrees of freedom; none for one seed). The change through RL is taken
 per seed (after - before, the same warm start), then averaged.
 
-Outputs under `<out>/`: `summary.md` (a Markdown table per arm: accuracy before and after
-RL, its change, format rate, sub-calls per rollout, the final training rewards R_M and R_S),
+Outputs under `<out>/`: `summary.md` (Markdown tables, one row per arm: held-out accuracy
+sampled and greedy before and after RL and its change, format rate, sub-calls per rollout,
+the final training rewards R_M and R_S; then the greedy accuracy of each question type
+before -> after, which says whose mistakes RL fixed),
 `rewards.png` (mean R_M and R_S per RL step per arm, the band spanning the seeds) and
-`accuracy.png` (held-out accuracy and format rate per arm before and after RL, with the
-intervals).
+`accuracy.png` (held-out accuracy, greedy accuracy when every run has a greedy pass, and
+format rate per arm before and after RL, with the intervals).
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ from typing import Any
 from mgrpo_jax.metrics.writer import read_metrics
 
 SUMMARY_NAME = "summary.md"
-# Per-run scalars compared across arms: (column label, where the value comes from).
-_EVAL_KEYS = (("accuracy", "accuracy"), ("format rate", "format_rate"),
-              ("sub-calls / rollout", "sub_calls_mean"))
+# Per-run scalars compared across arms: (column label, its path in a held-out summary).
+_EVAL_KEYS = (("accuracy", ("accuracy",)), ("greedy accuracy", ("greedy", "accuracy")),
+              ("format rate", ("format_rate",)), ("sub-calls / rollout", ("sub_calls_mean",)))
 _REWARDS = (("R_M", "main", "main/reward_mean"), ("R_S", "sub", "sub/reward_mean"))
 
 
@@ -157,12 +159,27 @@ def arms(runs: Sequence[RunResult], order: Sequence[str] = ()) -> dict[str, list
   return {a: grouped[a] for a in ranked}
 
 
+def _summary_value(summary: Mapping[str, Any], path: Sequence[str]) -> float | None:
+  """The number at `path` in a held-out summary; None where it has none (e.g. no greedy
+  pass)."""
+  node: Any = summary
+  for part in path:
+    if not isinstance(node, Mapping) or part not in node:
+      return None
+    node = node[part]
+  return float(node)
+
+
 def arm_row(runs: Sequence[RunResult]) -> dict[str, Estimate | None]:
-  """The compared quantities of one arm: `<label> before/after/change` and final rewards."""
+  """The compared quantities of one arm: `<label> before/after/change` (None unless every
+  run has the value) and final rewards."""
   row: dict[str, Estimate | None] = {}
-  for label, key in _EVAL_KEYS:
-    before = [float(r.before[key]) for r in runs]
-    after = [float(r.after[key]) for r in runs]
+  for label, path in _EVAL_KEYS:
+    before = [_summary_value(r.before, path) for r in runs]
+    after = [_summary_value(r.after, path) for r in runs]
+    if None in before or None in after:
+      row.update({f"{label} {phase}": None for phase in ("before", "after", "change")})
+      continue
     row[f"{label} before"] = estimate(before)
     row[f"{label} after"] = estimate(after)
     row[f"{label} change"] = estimate([a - b for a, b in zip(after, before, strict=True)])
@@ -184,8 +201,9 @@ def summary_markdown(grouped: Mapping[str, Sequence[RunResult]], group_by: str) 
   def seeds(arm: str) -> str:
     return ", ".join(str(r.seed) for r in grouped[arm])
 
-  held_out = ["accuracy before", "accuracy after", "accuracy change", "format rate before",
-              "format rate after", "sub-calls / rollout after"]
+  held_out = ["accuracy before", "accuracy after", "accuracy change",
+              "greedy accuracy before", "greedy accuracy after", "greedy accuracy change",
+              "format rate before", "format rate after", "sub-calls / rollout after"]
   training = ["format rate change", "sub-calls / rollout change", "R_M last step",
               "R_S last step"]
   lines = []
@@ -196,10 +214,39 @@ def summary_markdown(grouped: Mapping[str, Sequence[RunResult]], group_by: str) 
     lines += [f"| {arm} | {seeds(arm)} | " + " | ".join(cell(rows[arm][c]) for c in columns)
               + " |" for arm in rows]
     lines.append("")
+  lines += _by_type_table(grouped, group_by, seeds)
   n = {r.after.get("num_questions", 0) for runs in grouped.values() for r in runs}
   lines.append(f"Means over seeds ± the half-width of the 95% t interval over seeds; "
                f"held-out questions per run: {', '.join(str(v) for v in sorted(n))}.")
   return "\n".join(lines) + "\n"
+
+
+def _by_type_table(grouped: Mapping[str, Sequence[RunResult]], group_by: str, seeds
+                   ) -> list[str]:
+  """Markdown lines: each arm's greedy accuracy per question type, before -> after RL
+  (means over the seeds whose test questions hold the type); none without greedy passes."""
+  def by_type(summary: Mapping[str, Any]) -> Mapping[str, float]:
+    return summary.get("greedy", {}).get("accuracy_by_type", {})
+
+  runs = [r for arm_runs in grouped.values() for r in arm_runs]
+  types = sorted({t for r in runs for summary in (r.before, r.after) for t in by_type(summary)})
+  if not types:
+    return []
+
+  def cell(arm: str, question_type: str) -> str:
+    pairs = [(by_type(r.before)[question_type], by_type(r.after)[question_type])
+             for r in grouped[arm] if question_type in by_type(r.before)
+             and question_type in by_type(r.after)]
+    if not pairs:
+      return "–"
+    before, after = (math.fsum(values) / len(pairs) for values in zip(*pairs, strict=True))
+    return f"{before:.3f} -> {after:.3f}"
+
+  lines = [f"| {group_by} (greedy accuracy by type, before -> after) | seeds | "
+           + " | ".join(types) + " |", "|---|---|" + "---|" * len(types)]
+  lines += [f"| {arm} | {seeds(arm)} | " + " | ".join(cell(arm, t) for t in types) + " |"
+            for arm in grouped]
+  return lines + [""]
 
 
 def plot_comparison(grouped: Mapping[str, Sequence[RunResult]], folder: pathlib.Path
@@ -232,13 +279,16 @@ def plot_comparison(grouped: Mapping[str, Sequence[RunResult]], folder: pathlib.
       ax.legend()
   rewards = _save(plt, fig, folder / "rewards.png")
 
-  fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
   names = list(grouped)
+  panels = [(label, path) for label, path in _EVAL_KEYS[:3]
+            if all(_summary_value(summary, path) is not None for runs in grouped.values()
+                   for r in runs for summary in (r.before, r.after))]
+  fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.5), squeeze=False)
   x = np.arange(len(names))
-  for ax, (label, key) in zip(axes, (("accuracy", "accuracy"), ("format rate", "format_rate")),
-                              strict=True):
+  for ax, (label, path) in zip(axes[0], panels, strict=True):
     for offset, phase in ((-0.18, "before"), (0.18, "after")):
-      values = [estimate([float(getattr(r, phase)[key]) for r in grouped[a]]) for a in names]
+      values = [estimate([_summary_value(getattr(r, phase), path) for r in grouped[a]])
+                for a in names]
       means = np.array([v.mean for v in values])
       widths = np.array([0.0 if math.isnan(v.half_width) else v.half_width for v in values])
       # A rate is in [0, 1]: the interval is drawn clipped to it.

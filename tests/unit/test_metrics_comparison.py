@@ -134,7 +134,9 @@ def test_the_table_holds_the_seed_statistics(sweep):
   held_out = next(line for line in lines if line.startswith("| mgrpo |"))
   cells = [c.strip() for c in held_out.strip("|").split("|")]
   assert cells == ["mgrpo", "0, 1", _cell([0.0, 0.1]), _cell([0.2, 0.4]), _cell([0.2, 0.3]),
+                   "–", "–", "–",  # these summaries have no greedy pass
                    "0.500 ± 0.000", _cell([0.7, 0.9]), _cell([1.5, 2.5])]
+  assert not any("by type" in line for line in lines)
   training = [line for line in lines if line.startswith("| single_agent |")][1]
   cells = [c.strip() for c in training.strip("|").split("|")]
   assert cells[2] == _cell([0.1, 0.1])  # format change
@@ -145,6 +147,28 @@ def test_the_table_holds_the_seed_statistics(sweep):
   assert sorted(f.name for f in files) == ["accuracy.png", "rewards.png", "summary.md"]
   for name in ("accuracy.png", "rewards.png"):
     assert (sweep / "comparison" / name).read_bytes()[:8] == PNG_MAGIC
+
+
+def _greedy(accuracy, by_type):
+  return dict(_summary(accuracy), greedy={"accuracy": accuracy, "accuracy_by_type": by_type})
+
+
+def test_greedy_accuracy_and_each_types_change_are_compared(tmp_path):
+  _write_run(tmp_path, "mgrpo-s0", "mgrpo", 0, _greedy(0.5, {"lookup": 0.8, "puzzle": 0.0}),
+             _greedy(0.8, {"lookup": 0.9, "puzzle": 0.75}), [0.1])
+  _write_run(tmp_path, "mgrpo-s1", "mgrpo", 1, _greedy(0.6, {"lookup": 0.6, "puzzle": 0.5}),
+             _greedy(0.9, {"lookup": 1.0, "puzzle": 1.0}), [0.1])
+  _write_run(tmp_path, "frozen_sub-s0", "frozen_sub", 0, _greedy(0.5, {"lookup": 0.8}),
+             _greedy(0.6, {"lookup": 0.8}), [0.1])
+  markdown, _ = write_comparison(tmp_path, order=("mgrpo", "frozen_sub"))
+  lines = markdown.splitlines()
+  held_out = [c.strip() for c in lines[2].strip("|").split("|")]
+  assert held_out[:2] == ["mgrpo", "0, 1"]
+  assert held_out[5:8] == [_cell([0.5, 0.6]), _cell([0.8, 0.9]), _cell([0.3, 0.3])]
+  header = next(i for i, line in enumerate(lines) if "by type, before -> after" in line)
+  assert lines[header].endswith("| seeds | lookup | puzzle |")
+  assert lines[header + 2] == "| mgrpo | 0, 1 | 0.700 -> 0.950 | 0.250 -> 0.875 |"
+  assert lines[header + 3] == "| frozen_sub | 0 | 0.800 -> 0.800 | – |"
 
 
 def test_the_command_line_prints_the_table_or_names_the_problem(sweep, tmp_path_factory):
