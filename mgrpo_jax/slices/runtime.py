@@ -16,6 +16,8 @@ import dataclasses
 import pathlib
 from typing import Any
 
+import numpy as np
+
 from mgrpo_jax.config.modes import Mode, parse_mode
 from mgrpo_jax.metrics import format_progress
 from mgrpo_jax.sampling.buckets import doubling_lengths
@@ -155,8 +157,9 @@ class SliceRuntime:
           self.layout, self.trainer.update_config, rows,
           learning_rate=learning_rate_schedule(self.trainer.optim))
     with timer("update"):
-      self.trainer.state, metrics = self._updates[rows](self.trainer.state,
-                                                        device_batch(self.layout, batch))
+      self.trainer.state, metrics = self._updates[rows](
+          self.trainer.state, device_batch(self.layout, batch),
+          has_tokens=bool(np.any(batch.loss_mask)))  # every process holds the whole batch
       return {k: float(v) for k, v in metrics.items()}
 
   def checkpoint(self, timer: Timer, metadata: dict[str, Any]) -> None:

@@ -42,6 +42,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 
@@ -331,7 +332,26 @@ def _update_step(layout: StateLayout, config: UpdateConfig,
                  learning_rate: optax.Schedule | None, state: TrainState,
                  batch: TrainBatch) -> tuple[TrainState, dict[str, jax.Array]]:
   grads, metrics = _gradients(layout, config, state, batch)
-  metrics = _finalize(metrics)
+  return _optimizer_step(layout, learning_rate, state, grads, _finalize(metrics))
+
+
+def _tokenless_step(layout: StateLayout, learning_rate: optax.Schedule | None,
+                    metric_shapes: dict[str, jax.ShapeDtypeStruct], state: TrainState
+                    ) -> tuple[TrainState, dict[str, jax.Array]]:
+  """`_update_step` on a batch without a loss token, without the model: every gradient
+  is 0 (each token's loss term is multiplied by its 0 mask), and every metric is what
+  `_finalize` makes of sums over no token. AdamW still moves its moments and decays the
+  weights."""
+  grads = jax.tree.map(jnp.zeros_like, state.params)
+  metrics = _finalize({name: jnp.zeros(s.shape, s.dtype) for name, s in metric_shapes.items()})
+  return _optimizer_step(layout, learning_rate, state, grads, metrics)
+
+
+def _optimizer_step(layout: StateLayout, learning_rate: optax.Schedule | None,
+                    state: TrainState, grads: nnx.State, metrics: dict[str, jax.Array]
+                    ) -> tuple[TrainState, dict[str, jax.Array]]:
+  """The AdamW step on `grads` (clipped by the optimizer), with grad_norm and the
+  learning rate added to `metrics`."""
   updates, opt_state = layout.tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
   metrics["grad_norm"] = optax.tree.norm(grads)
@@ -377,11 +397,15 @@ def make_update_fn(layout: StateLayout, config: UpdateConfig, num_rows: int, *,
       metrics report the learning rate of each step.
 
   Returns:
-    update(state, batch) -> (new state, metrics dict of float32 scalars): `config.
-    iterations` optimizer steps on `batch`; the metrics are the first step's (at
-    pi_old's parameters), with the last step's clip fractions and approx_kl as
-    `last_*` when there are several. `state` is donated: do not use it after the call.
-    `batch` may hold numpy arrays.
+    update(state, batch, *, has_tokens=None) -> (new state, metrics dict of float32
+    scalars): `config.iterations` optimizer steps on `batch`; the metrics are the first
+    step's (at pi_old's parameters), with the last step's clip fractions and approx_kl
+    as `last_*` when there are several. `state` is donated: do not use it after the
+    call. `batch` may hold numpy arrays. A batch without a loss token (`has_tokens`
+    False, or None and its `loss_mask` all 0: the sub-agent's batch of a step in which M
+    delegated nothing) skips the model: its gradient is exactly 0, so the same AdamW
+    step is taken from zeros by a small program, not a forward and backward pass over
+    padding.
   """
   if config.with_reference != layout.has_reference:
     raise ValueError(f"loss.kl_coef={config.loss.kl_coef} needs a train state "
@@ -392,13 +416,35 @@ def make_update_fn(layout: StateLayout, config: UpdateConfig, num_rows: int, *,
     raise ValueError(f"micro_batch_size={micro} must divide the batch rows N={num_rows}")
   step = jit_update_step(layout, config, num_rows, learning_rate=learning_rate)
   compiled_lengths: set[int] = set()
+  tokenless: list[Callable[..., Any]] = []  # its step, built on the first such batch
 
-  def update(state: TrainState, batch: TrainBatch) -> tuple[TrainState, dict]:
+  def tokenless_step(state: TrainState, batch: TrainBatch) -> Callable[..., Any]:
+    if not tokenless:
+      metric_shapes = jax.eval_shape(
+          lambda s, b: _gradients(layout, config, s, b)[1], state, batch)
+      tokenless.append(jax.jit(
+          functools.partial(_tokenless_step, layout, learning_rate, metric_shapes),
+          in_shardings=(layout.shardings,), out_shardings=(layout.shardings,
+                                                           replicated(layout.mesh)),
+          donate_argnums=0))
+    return tokenless[0]
+
+  def update(state: TrainState, batch: TrainBatch, *, has_tokens: bool | None = None
+             ) -> tuple[TrainState, dict]:
     if batch.ids.ndim != 2 or batch.ids.shape[0] != num_rows:
       raise ValueError(f"batch.ids must be [N={num_rows}, T], got shape {batch.ids.shape}")
+    if has_tokens is None:
+      has_tokens = _holds_tokens(batch)
     # Traced with the agent's mesh set, so that kernels which run per shard (splash
     # attention under `shard_map`) find it; the program is otherwise the same.
     with jax.set_mesh(layout.mesh):
+      if not has_tokens:
+        empty = tokenless_step(state, batch)
+        state, metrics = empty(state)
+        for _ in range(config.iterations - 1):
+          state, last = empty(state)
+        return state, metrics if config.iterations == 1 else {
+            **metrics, **{f"last_{k}": last[k] for k in _LAST_METRICS if k in last}}
       if batch.ids.shape[1] not in compiled_lengths:
         # Compile first (the call below reuses the program), then hand the compiler's
         # freed host memory back before the step allocates its buffers.
@@ -414,6 +460,15 @@ def make_update_fn(layout: StateLayout, config: UpdateConfig, num_rows: int, *,
     return state, {**metrics, **{f"last_{k}": last[k] for k in _LAST_METRICS if k in last}}
 
   return update
+
+
+def _holds_tokens(batch: TrainBatch) -> bool:
+  """Whether `batch` has a loss token; True when this process cannot see all of it (a
+  global array over several processes: the caller, which holds the host batch, says)."""
+  mask = batch.loss_mask
+  if isinstance(mask, jax.Array) and not mask.is_fully_addressable:
+    return True
+  return bool(np.any(np.asarray(mask)))
 
 
 # What the last of several steps on one batch reports: how far the steps moved the policy.

@@ -11,6 +11,7 @@ from flax import nnx
 from mgrpo_jax.core.losses import policy_loss
 from mgrpo_jax.models import get_config, init_model, layers, token_logprobs
 from mgrpo_jax.training import (
+    LossConfig,
     MeshConfig,
     OptimizerConfig,
     TrainBatch,
@@ -226,3 +227,55 @@ def test_bad_batches_and_options_are_rejected(setup):
          "optim": {"micro_batch_size": 0, "iterations": 1}, "limits": {"max_context": 64},
          "model": {"logprob_chunk": 64, "remat": "none"}}),
         N)
+
+
+def _tokenless(batch: TrainBatch) -> TrainBatch:
+  return batch.replace(loss_mask=np.zeros_like(batch.loss_mask))
+
+
+@pytest.mark.parametrize("config", [
+    UpdateConfig(), UpdateConfig(micro_batch_size=2), UpdateConfig(iterations=2),
+    UpdateConfig(loss=LossConfig(aggregation="seq_mean_token_sum_norm", max_len=T)),
+], ids=["plain", "micro-batched", "two-iterations", "token-sum-norm"])
+def test_a_batch_without_tokens_takes_the_full_steps_adamw_step_without_the_model(
+    setup, config):
+  """The sub-agent's batch of a step without delegations: the update skips the model and
+  still takes, bit for bit, the step (moments, weight decay, counters) and metrics of
+  the full program, which is never compiled."""
+  layout, host, _ = setup
+  schedule = learning_rate_schedule(OPTIM)
+  update = make_update_fn(layout, config, N, learning_rate=schedule)
+  full = jit_update_step(layout, config, N, learning_rate=schedule)
+  state = _fresh(layout, host)
+  state, _ = full(state, _batch(3))  # non-zero Adam moments first
+  host_after_one = jax.tree.map(np.asarray, state)
+  batch = _tokenless(_batch(5))
+  want_state, want = _fresh(layout, host_after_one), None
+  for _ in range(config.iterations):
+    want_state, metrics = full(want_state, batch)
+    want = want or metrics
+  with CompileCounter() as counter:
+    got_state, got = update(_fresh(layout, host_after_one), batch)
+  assert counter.count == 1  # the small program only
+  for name, value in want.items():
+    np.testing.assert_array_equal(got[name], value, err_msg=name)
+  assert set(got) - set(want) == ({"last_clip_frac_low", "last_clip_frac_high", "last_approx_kl"}
+                                  if config.iterations > 1 else set())
+  assert float(got["num_tokens"]) == 0.0 and float(got["grad_norm"]) == 0.0
+  for a, b in zip(jax.tree.leaves(got_state), jax.tree.leaves(want_state), strict=True):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  moved = np.abs(np.asarray(got_state.params["embedding"][...])
+                 - host_after_one.params["embedding"][...])
+  assert int(got_state.step) == 1 + config.iterations and moved.max() > 0  # Adam's momentum
+
+
+def test_the_caller_says_whether_a_batch_has_tokens(setup):
+  layout, host, _ = setup
+  update = make_update_fn(layout, UpdateConfig(), N, learning_rate=learning_rate_schedule(OPTIM))
+  batch = _batch(6)
+  full_state, full_metrics = update(_fresh(layout, host), batch)
+  said_state, said_metrics = update(_fresh(layout, host), batch, has_tokens=True)
+  assert full_metrics == said_metrics
+  assert float(full_metrics["num_tokens"]) > 0
+  _, skipped = update(_fresh(layout, host), batch, has_tokens=False)
+  assert float(skipped["num_tokens"]) == 0.0 and float(skipped["grad_norm"]) == 0.0
