@@ -29,8 +29,8 @@ import jax
 
 from mgrpo_jax.training.paths import RunPaths
 
-# Far above what a run keeps (the demo's programs take about 10 MB, SmolLM2's a few
-# hundred); least recently used programs are evicted beyond it.
+# Far above what a run keeps (a demo run's programs take about 7 MB; the whole test
+# suite's, SmolLM2's included, about 35 MB); least recently used programs go beyond it.
 LOCKED_CACHE_MAX_SIZE = 4 * 2**30
 
 
