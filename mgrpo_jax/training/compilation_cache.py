@@ -11,13 +11,6 @@ nothing it compiled before. A loaded program is the compiled program itself: the
 results are bitwise those of compiling it again. JAX keeps programs that took at least
 `jax_persistent_cache_min_compile_time_secs` (1 s by default) to compile.
 
-Several processes share the folder at once (a run's slices and evaluations, the runs of
-a sweep: `config.sweep.SHARED_COMPILATION_CACHE`). JAX serializes their reads and
-writes of a local folder with a file lock only when the cache has a size cap; without
-one (its default) a process can read an entry another is still writing, and then warns
-and compiles again. So a local folder gets a cap of `LOCKED_CACHE_MAX_SIZE` unless JAX's
-`jax_compilation_cache_max_size` (JAX_COMPILATION_CACHE_MAX_SIZE) was set.
-
 The cache is trusted code (JAX's warning): keep it in a folder only its user writes.
 """
 
@@ -28,10 +21,6 @@ import pathlib
 import jax
 
 from mgrpo_jax.training.paths import RunPaths
-
-# Far above what a run keeps (a demo run's programs take about 7 MB; the whole test
-# suite's, SmolLM2's included, about 35 MB); least recently used programs go beyond it.
-LOCKED_CACHE_MAX_SIZE = 4 * 2**30
 
 
 def compilation_cache_dir(config, workdir: str) -> str | None:
@@ -50,9 +39,6 @@ def enable_compilation_cache(config, workdir: str) -> str | None:
   Call before the first compilation of the process.
   """
   folder = compilation_cache_dir(config, workdir)
-  if folder is None:
-    return None
-  jax.config.update("jax_compilation_cache_dir", folder)
-  if "://" not in folder and jax.config.jax_compilation_cache_max_size == -1:
-    jax.config.update("jax_compilation_cache_max_size", LOCKED_CACHE_MAX_SIZE)
+  if folder is not None:
+    jax.config.update("jax_compilation_cache_dir", folder)
   return folder
