@@ -5,7 +5,8 @@ r"""Compares a sweep's finished runs: a Markdown table per arm and two plots.
 
 Reads every `<workdir>/<run>/` with `eval/final.json` (runs still going or failed are
 left out), groups them by the config key --group_by (the arms; the seeds are the
-replicates) and writes `<out>/summary.md`, `<out>/rewards.png` and `<out>/accuracy.png`
+replicates; --reference is the arm the others are compared with seed by seed) and
+writes `<out>/summary.md`, `<out>/rewards.png` and `<out>/accuracy.png`
 (`mgrpo_jax/metrics/comparison.py` says what each holds), printing the table. Exit
 status 2 with one line naming the folder or file when there is nothing to compare.
 """
@@ -27,6 +28,9 @@ _GROUP_BY = flags.DEFINE_string("group_by", "experiment.mode",
 _ORDER = flags.DEFINE_list("order", ["mgrpo", "frozen_sub", "single_agent", "single_agent_long",
                                      "shared_policy", "no_alignment"],
                            "Arms listed first, in this order (others follow by name).")
+_REFERENCE = flags.DEFINE_string(
+    "reference", "mgrpo", "The arm every other arm's accuracy after RL is compared with, "
+    "seed by seed (a table of paired differences); none when no arm has this name.")
 
 
 def _fail(message: str) -> NoReturn:
@@ -43,7 +47,8 @@ def main(argv: list[str]) -> None:
     _fail(f"unexpected arguments {argv[1:]}")
   try:
     markdown, files = write_comparison(_WORKDIR.value, _OUT.value or None,
-                                       group_by=_GROUP_BY.value, order=_ORDER.value)
+                                       group_by=_GROUP_BY.value, order=_ORDER.value,
+                                       reference=_REFERENCE.value or None)
   except ComparisonError as e:
     _fail(str(e))
   sys.stdout.write(markdown)

@@ -12,7 +12,10 @@ per seed (after - before, the same warm start), then averaged.
 Outputs under `<out>/`: `summary.md` (Markdown tables, one row per arm: held-out accuracy
 sampled and greedy before and after RL and its change, format rate, sub-calls per rollout,
 the final training rewards R_M and R_S; then the greedy accuracy of each question type
-before -> after, which says whose mistakes RL fixed),
+before -> after, which says whose mistakes RL fixed; then, with a reference arm, each
+other arm's accuracy after RL minus the reference's, paired by seed: arms that share a
+warm start differ only by RL, so the paired difference is free of the warm starts'
+spread),
 `rewards.png` (mean R_M and R_S per RL step per arm, the band spanning the seeds) and
 `accuracy.png` (held-out accuracy, greedy accuracy when every run has a greedy pass, and
 format rate per arm before and after RL, with the intervals).
@@ -190,9 +193,24 @@ def arm_row(runs: Sequence[RunResult]) -> dict[str, Estimate | None]:
   return row
 
 
-def summary_markdown(grouped: Mapping[str, Sequence[RunResult]], group_by: str) -> str:
-  """Two Markdown tables (held-out rates; changes through RL and training rewards), one row
-  per arm."""
+def paired_differences(runs: Sequence[RunResult], reference: Sequence[RunResult]
+                       ) -> dict[str, Estimate | None]:
+  """Held-out accuracy after RL (sampled, greedy) of `runs` minus `reference`'s, seed by
+  seed, over the seeds both have; None where no seed (or no greedy pass) pairs."""
+  by_seed = {r.seed: r for r in reference}
+  pairs = [(r, by_seed[r.seed]) for r in runs if r.seed in by_seed]
+  out: dict[str, Estimate | None] = {}
+  for label, path in _EVAL_KEYS[:2]:
+    values = [(_summary_value(a.after, path), _summary_value(b.after, path)) for a, b in pairs]
+    usable = [a - b for a, b in values if a is not None and b is not None]
+    out[f"{label} after"] = estimate(usable) if usable and len(usable) == len(values) else None
+  return out
+
+
+def summary_markdown(grouped: Mapping[str, Sequence[RunResult]], group_by: str,
+                     reference: str | None = None) -> str:
+  """Markdown tables, one row per arm (module docstring); the paired table when
+  `reference` names an arm."""
   rows = {arm: arm_row(runs) for arm, runs in grouped.items()}
 
   def cell(value: Estimate | None) -> str:
@@ -215,6 +233,18 @@ def summary_markdown(grouped: Mapping[str, Sequence[RunResult]], group_by: str) 
               + " |" for arm in rows]
     lines.append("")
   lines += _by_type_table(grouped, group_by, seeds)
+  if reference in grouped:
+    columns = ["accuracy after", "greedy accuracy after"]
+    lines += [f"| {group_by} minus {reference} (paired by seed) | seeds | "
+              + " | ".join(columns) + " |", "|---|---|" + "---|" * len(columns)]
+    for arm, runs in grouped.items():
+      if arm == reference:
+        continue
+      paired = paired_differences(runs, grouped[reference])
+      shared = sorted({r.seed for r in runs} & {r.seed for r in grouped[reference]})
+      lines.append(f"| {arm} | {', '.join(map(str, shared))} | "
+                   + " | ".join(cell(paired[c]) for c in columns) + " |")
+    lines.append("")
   n = {r.after.get("num_questions", 0) for runs in grouped.values() for r in runs}
   lines.append(f"Means over seeds ± the half-width of the 95% t interval over seeds; "
                f"held-out questions per run: {', '.join(str(v) for v in sorted(n))}.")
@@ -310,14 +340,15 @@ def _save(plt: Any, fig: Any, path: pathlib.Path) -> pathlib.Path:
 
 
 def write_comparison(workdir: str | pathlib.Path, out: str | pathlib.Path | None = None, *,
-                     group_by: str = "experiment.mode", order: Sequence[str] = ()
-                     ) -> tuple[str, list[pathlib.Path]]:
-  """Loads a sweep's runs, writes `summary.md` and the plots under `out`
-  (default `<workdir>/comparison`); returns the Markdown and the written paths."""
+                     group_by: str = "experiment.mode", order: Sequence[str] = (),
+                     reference: str | None = None) -> tuple[str, list[pathlib.Path]]:
+  """Loads a sweep's runs, writes `summary.md` (with the table paired against the arm
+  `reference`, when it is one) and the plots under `out` (default
+  `<workdir>/comparison`); returns the Markdown and the written paths."""
   grouped = arms(load_runs(workdir, group_by), order)
   folder = pathlib.Path(out) if out else pathlib.Path(workdir) / "comparison"
   files = plot_comparison(grouped, folder)
-  markdown = summary_markdown(grouped, group_by)
+  markdown = summary_markdown(grouped, group_by, reference)
   summary = folder / SUMMARY_NAME
   summary.write_text(markdown)
   return markdown, files + [summary]

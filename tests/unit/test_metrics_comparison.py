@@ -169,6 +169,29 @@ def test_greedy_accuracy_and_each_types_change_are_compared(tmp_path):
   assert lines[header].endswith("| seeds | lookup | puzzle |")
   assert lines[header + 2] == "| mgrpo | 0, 1 | 0.700 -> 0.950 | 0.250 -> 0.875 |"
   assert lines[header + 3] == "| frozen_sub | 0 | 0.800 -> 0.800 | – |"
+  assert not any("paired by seed" in line for line in lines)
+
+
+def test_arms_are_compared_with_the_reference_seed_by_seed(tmp_path):
+  for seed, (ours, theirs) in enumerate(((0.8, 0.6), (0.9, 0.8), (0.7, 0.3))):
+    _write_run(tmp_path, f"mgrpo-s{seed}", "mgrpo", seed, _greedy(0.5, {}), _greedy(ours, {}),
+               [0.1])
+    _write_run(tmp_path, f"frozen_sub-s{seed}", "frozen_sub", seed, _greedy(0.5, {}),
+               _greedy(theirs, {}), [0.1])
+  _write_run(tmp_path, "single_agent-s7", "single_agent", 7, _summary(0.1), _summary(0.2), [0.1])
+  markdown, _ = write_comparison(tmp_path, order=("mgrpo", "frozen_sub"), reference="mgrpo")
+  lines = markdown.splitlines()
+  header = lines.index("| experiment.mode minus mgrpo (paired by seed) | seeds | accuracy after "
+                       "| greedy accuracy after |")
+  want = _cell3([-0.2, -0.1, -0.4])
+  assert lines[header + 2] == f"| frozen_sub | 0, 1, 2 | {want} | {want} |"
+  assert lines[header + 3] == "| single_agent |  | – | – |"  # no seed in common
+
+
+def _cell3(values):
+  """The reference: mean ± t_{0.975,2} * sample sd / sqrt(3), for three seeds."""
+  half_width = T_975_DF2 * statistics.stdev(values) / math.sqrt(3)
+  return f"{statistics.mean(values):.3f} ± {half_width:.3f}"
 
 
 def test_the_command_line_prints_the_table_or_names_the_problem(sweep, tmp_path_factory):
