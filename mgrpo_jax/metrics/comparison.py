@@ -325,7 +325,7 @@ def plot_comparison(grouped: Mapping[str, Sequence[RunResult]], folder: pathlib.
       errors = [np.minimum(widths, means), np.minimum(widths, 1.0 - means)]
       ax.bar(x + offset, means, width=0.36, yerr=errors, capsize=4,
              label="warm start" if phase == "before" else "after RL")
-    ax.set_xticks(x, names)
+    ax.set_xticks(x, names, rotation=25, ha="right")  # arm names are long
     ax.set(ylabel=f"held-out {label}", title=f"Held-out {label} (95% t over seeds)")
     ax.grid(alpha=0.3, axis="y")
     ax.legend()
