@@ -4,6 +4,8 @@ worlds, and every tool call and r_expert goes to the world of the question it se
 from __future__ import annotations
 
 import collections
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -113,6 +115,48 @@ def test_a_routed_registry_opens_each_world_once_and_names_an_unknown_task():
   assert opened == [1, 0]
   with pytest.raises(KeyError, match="no training world holds task 'd'"):
     routed.for_task("d")
+
+
+def test_a_routed_registry_keeps_the_most_recently_used_worlds_open():
+  opened = []
+
+  def open_world(world):
+    opened.append(world)
+    return ToolRegistry()
+
+  routed = TaskRoutedRegistry({f"q{w}": w for w in range(4)}, open_world, max_open=2)
+  first = routed.for_task("q0")
+  routed.for_task("q1")
+  assert routed.for_task("q0") is first  # used again: now the most recent
+  routed.for_task("q2")  # drops world 1, the least recently used
+  assert routed.for_task("q0") is first
+  routed.for_task("q1")  # opened again
+  assert opened == [0, 1, 2, 1]
+  with pytest.raises(ValueError, match="max_open must be >= 1, got 0"):
+    TaskRoutedRegistry({}, open_world, max_open=0)
+
+
+def test_threads_that_meet_a_new_world_together_open_it_once():
+  opened, gate = [], threading.Barrier(8)
+
+  def open_world(world):
+    opened.append(world)
+    time.sleep(0.05)  # a slow open: the other threads arrive meanwhile
+    return ToolRegistry()
+
+  routed = TaskRoutedRegistry({"a": 0}, open_world)
+  got = []
+
+  def ask():
+    gate.wait()
+    got.append(routed.for_task("a"))
+
+  threads = [threading.Thread(target=ask) for _ in range(8)]
+  for thread in threads:
+    thread.start()
+  for thread in threads:
+    thread.join()
+  assert opened == [0] and len({id(r) for r in got}) == 1
 
 
 def test_question_counts_split_the_total_evenly():

@@ -8,8 +8,10 @@ Each result carries the call's wall-clock latency (`latency_s`) for trajectory l
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -189,23 +191,38 @@ class TaskRoutedRegistry:
   RL on many training worlds (`world.train_worlds`) asks about entities whose pages
   exist in one world only, so a call is routed by the id of the task it serves (M's
   question; S's calls carry their query's id). A world's registry is opened on its
-  first call and kept.
+  first call, once even when several threads (the sub-agent service's) ask at once,
+  and kept among the `max_open` most recently used: a run over thousands of worlds
+  keeps that many index connections, not one per world it has touched. A registry
+  that falls out is dropped, not closed, so a call still running in it finishes (its
+  connection closes with its last user).
 
   Args:
     world_of: task id -> the key of its world.
     open_world: world key -> that world's registry (the same tools in every world).
+    max_open: how many worlds' registries are kept open.
   """
 
-  def __init__(self, world_of: Mapping[str, Any], open_world: Callable[[Any], ToolRegistry]):
+  def __init__(self, world_of: Mapping[str, Any], open_world: Callable[[Any], ToolRegistry],
+               *, max_open: int = 64):
+    if max_open < 1:
+      raise ValueError(f"max_open must be >= 1, got {max_open}")
     self._world_of = dict(world_of)
     self._open_world = open_world
-    self._opened: dict[Any, ToolRegistry] = {}
+    self._max_open = max_open
+    self._opened: collections.OrderedDict[Any, ToolRegistry] = collections.OrderedDict()
+    self._lock = threading.Lock()
 
   def for_task(self, task_id: str) -> ToolRegistry:
     """Task `task_id`'s world's registry; a KeyError naming the id for an unknown task."""
     if task_id not in self._world_of:
       raise KeyError(f"no training world holds task {task_id!r}")
     world = self._world_of[task_id]
-    if world not in self._opened:
-      self._opened[world] = self._open_world(world)
-    return self._opened[world]
+    with self._lock:
+      registry = self._opened.pop(world, None)
+      if registry is None:
+        registry = self._open_world(world)
+      self._opened[world] = registry  # the most recently used last
+      while len(self._opened) > self._max_open:
+        self._opened.popitem(last=False)
+      return registry
