@@ -12,11 +12,14 @@ count. The same arguments give byte-identical data files.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import glob
 import hashlib
 import json
 import os
 import pathlib
 import sys
+import tempfile
 
 from mgrpo_jax.agents.tools.search import build_index
 from mgrpo_jax.tasks import datasets as datasets_lib
@@ -35,6 +38,22 @@ def file_digests(root: str | os.PathLike) -> dict[str, str]:
   return out
 
 
+@contextlib.contextmanager
+def _without_tfds_scratch():
+  """Removes the empty `tmp*tfds` folders that tensorflow-datasets leaves in the temporary
+  directory: it makes one for every builder constructed before its data exists (to fetch
+  a precomputed DatasetInfo from its bucket, which it does not consult) and never removes
+  it. Only empty folders made during the block are removed."""
+  pattern = os.path.join(tempfile.gettempdir(), "tmp*tfds")
+  before = set(glob.glob(pattern))
+  try:
+    yield
+  finally:
+    for path in set(glob.glob(pattern)) - before:
+      with contextlib.suppress(OSError):  # not empty, or already gone: not ours to remove
+        os.rmdir(path)
+
+
 def build(world: str, seed: int, out: str | os.PathLike, *, test_seed: int | None = None,
           num_train: int = 400, num_validation: int = 50, num_test: int = 100,
           render: str = "natural") -> dict:
@@ -49,7 +68,8 @@ def build(world: str, seed: int, out: str | os.PathLike, *, test_seed: int | Non
                                      num_train=num_train, num_validation=num_validation,
                                      num_test=num_test)
   for cls in (tfds_builder.DeepResearchTasks, tfds_builder.DeepResearchCorpus):
-    builder = tfds_builder.make_builder(cls, config, str(out / "tfds"))
+    with _without_tfds_scratch():
+      builder = tfds_builder.make_builder(cls, config, str(out / "tfds"))
     builder.download_and_prepare()
   spec = config.spec
   worlds = datasets_lib.make_split_worlds(spec.world, spec.seed, spec.test_seed, render)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -14,18 +15,30 @@ from mgrpo_jax.tasks.build import file_digests
 from mgrpo_jax.tasks.oracle import OracleMainAgent, OracleSubAgent, run_episode
 
 
-def _build(out, seed=0):
+def _build(out, seed=0, scratch=None):
   cmd = [sys.executable, "-m", "mgrpo_jax.tasks.build", "--world=tiny", f"--seed={seed}",
          f"--out={out}", "--num_train=60", "--num_validation=10", "--num_test=20"]
-  subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+  env = dict(os.environ, TMPDIR=str(scratch)) if scratch else None
+  subprocess.run(cmd, check=True, capture_output=True, timeout=300, env=env)
   return json.loads((out / "manifest.json").read_text())
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
+def scratch(tmp_path_factory):
+  """The first build's temporary directory (TMPDIR)."""
+  return tmp_path_factory.mktemp("scratch")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, scratch):
   a = tmp_path_factory.mktemp("a")
   b = tmp_path_factory.mktemp("b")
-  return a, _build(a), b, _build(b)
+  return a, _build(a, scratch=scratch), b, _build(b)
+
+
+def test_the_build_leaves_nothing_in_the_temporary_directory(built, scratch):
+  # tensorflow-datasets makes an empty `tmp*tfds` folder per builder and keeps it.
+  assert list(scratch.iterdir()) == []
 
 
 def test_same_seed_byte_identical_in_separate_processes(built):
