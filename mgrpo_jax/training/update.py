@@ -438,25 +438,24 @@ def make_update_fn(layout: StateLayout, config: UpdateConfig, num_rows: int, *,
     # Traced with the agent's mesh set, so that kernels which run per shard (splash
     # attention under `shard_map`) find it; the program is otherwise the same.
     with jax.set_mesh(layout.mesh):
-      if not has_tokens:
-        empty = tokenless_step(state, batch)
-        state, metrics = empty(state)
-        for _ in range(config.iterations - 1):
-          state, last = empty(state)
-        return state, metrics if config.iterations == 1 else {
-            **metrics, **{f"last_{k}": last[k] for k in _LAST_METRICS if k in last}}
-      if batch.ids.shape[1] not in compiled_lengths:
-        # Compile first (the call below reuses the program), then hand the compiler's
-        # freed host memory back before the step allocates its buffers.
-        step.lower(state, batch).compile()
-        release_free_host_memory()
-        compiled_lengths.add(batch.ids.shape[1])
-      if config.iterations == 1:
-        return step(state, batch)
-      batch = jax.device_put(batch, batch_shardings(layout, num_rows))  # moved once
-      state, metrics = step(state, batch)
+      if has_tokens:
+        if batch.ids.shape[1] not in compiled_lengths:
+          # Compile first (the call below reuses the program), then hand the compiler's
+          # freed host memory back before the step allocates its buffers.
+          step.lower(state, batch).compile()
+          release_free_host_memory()
+          compiled_lengths.add(batch.ids.shape[1])
+        if config.iterations > 1:
+          batch = jax.device_put(batch, batch_shardings(layout, num_rows))  # moved once
+        def one_step(s: TrainState, b: TrainBatch = batch) -> tuple[TrainState, dict]:
+          return step(s, b)
+      else:
+        one_step = tokenless_step(state, batch)
+      state, metrics = one_step(state)
       for _ in range(config.iterations - 1):
-        state, last = step(state, batch)
+        state, last = one_step(state)
+    if config.iterations == 1:
+      return state, metrics
     return state, {**metrics, **{f"last_{k}": last[k] for k in _LAST_METRICS if k in last}}
 
   return update
