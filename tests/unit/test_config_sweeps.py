@@ -84,11 +84,11 @@ def test_learning_rate_sweep_is_main_by_sub_by_seed():
   sweep = load_sweep("configs/sweeps/learning_rate.py", root=ROOT)
   assert len(sweep.runs) == 8
   first, last = sweep.runs[0], sweep.runs[-1]
-  assert first.name == "mlr0.001-slr0.001-s0"
-  assert last.name == "mlr0.0003-slr0.0003-s1"
+  assert first.name == "mlr0.001-slr0.003-s0"
+  assert last.name == "mlr0.0003-slr0.001-s1"
   assert dict(sweep.runs[2].overrides) == {
-      "main.optim.learning_rate": 1e-3, "sub.optim.learning_rate": 3e-4,
-      "experiment.seed": 0, "experiment.run_id": "mlr0.001-slr0.0003-s0",
+      "main.optim.learning_rate": 1e-3, "sub.optim.learning_rate": 1e-3,
+      "experiment.seed": 0, "experiment.run_id": "mlr0.001-slr0.001-s0",
       "experiment.compilation_cache_dir": "../jax_cache"}
 
 
