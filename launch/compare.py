@@ -1,4 +1,4 @@
-r"""Compares a sweep's finished runs: a Markdown table per arm and two plots.
+r"""Compares a sweep's finished runs: Markdown tables per arm and plots.
 
   python launch/compare.py --workdir=runs/paper_comparison
   python launch/compare.py --workdir=runs/my_sweep --group_by=mgrpo.aligned_sub_calls
@@ -6,8 +6,9 @@ r"""Compares a sweep's finished runs: a Markdown table per arm and two plots.
 Reads every `<workdir>/<run>/` with `eval/final.json` (runs still going or failed are
 left out), groups them by the config key --group_by (the arms; the seeds are the
 replicates; --reference is the arm the others are compared with seed by seed) and
-writes `<out>/summary.md`, `<out>/rewards.png` and `<out>/accuracy.png`
-(`mgrpo_jax/metrics/comparison.py` says what each holds), printing the table. Exit
+writes `<out>/summary.md`, `<out>/rewards.png`, `<out>/accuracy.png` and, when the runs
+evaluated greedily, `<out>/held_out_curve.png` (`mgrpo_jax/metrics/comparison.py` says
+what each holds), printing the table. Exit
 status 2 with one line naming the folder or file when there is nothing to compare.
 """
 

@@ -2,8 +2,9 @@
 
 Inputs are the folders a sweep leaves, one per run (`launch/sweep.py`): each holds
 `launch/config.py` (the run's resolved config), `eval/warm_start.json` and
-`eval/final.json` (held-out summaries, `evaluation.held_out.summarize`) and
-`logs/{main,sub}/metrics.jsonl`. Runs are grouped into arms by one config key
+`eval/final.json` (held-out summaries, `evaluation.held_out.summarize`), the greedy
+summaries of the checkpoints evaluated during RL, `eval/step_<t>.json` (with
+`eval.every`), and `logs/{main,sub}/metrics.jsonl`. Runs are grouped into arms by one config key
 (`experiment.mode` for the paper's comparison); within an arm the seeds are the
 replicates, so each number is a mean over seeds with the half-width of its 95% Student-t
 interval (n - 1 degrees of freedom; none for one seed). The change through RL is taken
@@ -12,13 +13,17 @@ per seed (after - before, the same warm start), then averaged.
 Outputs under `<out>/`: `summary.md` (Markdown tables, one row per arm: held-out accuracy
 sampled and greedy before and after RL and its change, format rate, sub-calls per rollout,
 the final training rewards R_M and R_S; then the greedy accuracy of each question type
-before -> after, which says whose mistakes RL fixed; then, with a reference arm, each
+before -> after, which says whose mistakes RL fixed; then greedy held-out accuracy at
+each RL step that every run of the arm evaluated (step 0 is the warm start, the last
+the final checkpoint); then, with a reference arm, each
 other arm's accuracy after RL minus the reference's, paired by seed: arms that share a
 warm start differ only by RL, so the paired difference is free of the warm starts'
 spread),
 `rewards.png` (mean R_M and R_S per RL step per arm, the band spanning the seeds) and
 `accuracy.png` (held-out accuracy, greedy accuracy when every run has a greedy pass, and
-format rate per arm before and after RL, with the intervals).
+format rate per arm before and after RL, with the intervals) and, when the runs have a
+greedy pass, `held_out_curve.png` (greedy held-out accuracy per RL step per arm, the
+band spanning the seeds).
 """
 
 from __future__ import annotations
@@ -34,8 +39,9 @@ from typing import Any
 from mgrpo_jax.metrics.writer import read_metrics
 
 SUMMARY_NAME = "summary.md"
+_GREEDY = ("greedy", "accuracy")
 # Per-run scalars compared across arms: (column label, its path in a held-out summary).
-_EVAL_KEYS = (("accuracy", ("accuracy",)), ("greedy accuracy", ("greedy", "accuracy")),
+_EVAL_KEYS = (("accuracy", ("accuracy",)), ("greedy accuracy", _GREEDY),
               ("format rate", ("format_rate",)), ("sub-calls / rollout", ("sub_calls_mean",)))
 _REWARDS = (("R_M", "main", "main/reward_mean"), ("R_S", "sub", "sub/reward_mean"))
 
@@ -55,6 +61,9 @@ class RunResult:
     before: the held-out summary of the warm start (`eval/warm_start.json`).
     after: the held-out summary after RL (`eval/final.json`).
     curves: `{"main": rows, "sub": rows}` of `metrics.jsonl` (absent slice: no rows).
+    held_out: `{RL step: greedy held-out accuracy}`: 0 the warm start, the steps of
+      `eval/step_<t>.json`, and `experiment.num_steps` after RL (empty without a
+      greedy pass).
   """
   name: str
   arm: str
@@ -62,6 +71,7 @@ class RunResult:
   before: Mapping[str, Any]
   after: Mapping[str, Any]
   curves: Mapping[str, Sequence[Mapping[str, float]]]
+  held_out: Mapping[int, float] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,9 +142,27 @@ def load_run(folder: str | pathlib.Path, group_by: str = "experiment.mode") -> R
   for slice_name in ("main", "sub"):
     metrics = folder / "logs" / slice_name / "metrics.jsonl"
     curves[slice_name] = read_metrics(metrics) if metrics.is_file() else []
+  before, after = _read_json(needed[1]), _read_json(needed[2])
+  last_step = int(_config_value(config, "experiment.num_steps", needed[0]))
   return RunResult(name=folder.name, arm=str(_config_value(config, group_by, needed[0])),
                    seed=int(_config_value(config, "experiment.seed", needed[0])),
-                   before=_read_json(needed[1]), after=_read_json(needed[2]), curves=curves)
+                   before=before, after=after, curves=curves,
+                   held_out=_held_out_curve(folder, before, after, last_step))
+
+
+def _held_out_curve(folder: pathlib.Path, before: Mapping[str, Any],
+                    after: Mapping[str, Any], last_step: int) -> dict[int, float]:
+  """`RunResult.held_out` of a run folder: {RL step: greedy accuracy}, sorted by step."""
+  summaries = {0: before, last_step: after}
+  for path in folder.glob("eval/step_*.json"):
+    summary = _read_json(path)
+    if "step" not in summary:
+      raise ComparisonError(f"{path}: no 'step' in the summary")
+    summaries[int(summary["step"])] = summary
+  curve = {step: _summary_value(summary, _GREEDY) for step, summary in summaries.items()}
+  if any(value is None for value in curve.values()):
+    return {}
+  return dict(sorted(curve.items()))
 
 
 def load_runs(workdir: str | pathlib.Path, group_by: str = "experiment.mode"
@@ -193,6 +221,12 @@ def arm_row(runs: Sequence[RunResult]) -> dict[str, Estimate | None]:
   return row
 
 
+def held_out_curve(runs: Sequence[RunResult]) -> dict[int, Estimate]:
+  """{RL step: greedy held-out accuracy over seeds} at the steps every run evaluated."""
+  steps = set.intersection(*(set(r.held_out) for r in runs)) if runs else set()
+  return {step: estimate([r.held_out[step] for r in runs]) for step in sorted(steps)}
+
+
 def paired_differences(runs: Sequence[RunResult], reference: Sequence[RunResult]
                        ) -> dict[str, Estimate | None]:
   """Held-out accuracy after RL (sampled, greedy) of `runs` minus `reference`'s, seed by
@@ -233,6 +267,7 @@ def summary_markdown(grouped: Mapping[str, Sequence[RunResult]], group_by: str,
               + " |" for arm in rows]
     lines.append("")
   lines += _by_type_table(grouped, group_by, seeds)
+  lines += _held_out_curve_table(grouped, group_by, seeds)
   if reference in grouped:
     columns = ["accuracy after", "greedy accuracy after"]
     lines += [f"| {group_by} minus {reference} (paired by seed) | seeds | "
@@ -279,9 +314,26 @@ def _by_type_table(grouped: Mapping[str, Sequence[RunResult]], group_by: str, se
   return lines + [""]
 
 
+def _held_out_curve_table(grouped: Mapping[str, Sequence[RunResult]], group_by: str, seeds
+                          ) -> list[str]:
+  """Markdown lines: each arm's greedy held-out accuracy per RL step (`held_out_curve`),
+  one column per step any arm has; none when no arm has a step after 0 but the last."""
+  curves = {arm: held_out_curve(runs) for arm, runs in grouped.items()}
+  steps = sorted({step for curve in curves.values() for step in curve})
+  if len(steps) <= 2:
+    return []
+  lines = [f"| {group_by} (greedy held-out accuracy at RL step) | seeds | "
+           + " | ".join(str(step) for step in steps) + " |", "|---|---|" + "---|" * len(steps)]
+  lines += [f"| {arm} | {seeds(arm)} | "
+            + " | ".join(str(curves[arm][s]) if s in curves[arm] else "–" for s in steps) + " |"
+            for arm in grouped]
+  return lines + [""]
+
+
 def plot_comparison(grouped: Mapping[str, Sequence[RunResult]], folder: pathlib.Path
                     ) -> list[pathlib.Path]:
-  """Writes rewards.png and accuracy.png (module docstring); returns their paths."""
+  """Writes rewards.png, accuracy.png and, with greedy passes, held_out_curve.png (module
+  docstring); returns their paths."""
   import matplotlib
 
   matplotlib.use("Agg")
@@ -329,7 +381,25 @@ def plot_comparison(grouped: Mapping[str, Sequence[RunResult]], folder: pathlib.
     ax.set(ylabel=f"held-out {label}", title=f"Held-out {label} (95% t over seeds)")
     ax.grid(alpha=0.3, axis="y")
     ax.legend()
-  return [rewards, _save(plt, fig, folder / "accuracy.png")]
+  files = [rewards, _save(plt, fig, folder / "accuracy.png")]
+
+  curves = {arm: held_out_curve(runs) for arm, runs in grouped.items()}
+  if any(curves.values()):
+    fig, ax = plt.subplots(figsize=(7.5, 3.5))
+    for index, (arm, curve) in enumerate(curves.items()):
+      if not curve:
+        continue
+      color = f"C{index % 10}"  # the arm's colour in rewards.png
+      steps = np.array(list(curve))
+      values = np.array([[r.held_out[step] for step in curve] for r in grouped[arm]])
+      ax.plot(steps, values.mean(0), marker="o", color=color, label=arm)
+      ax.fill_between(steps, values.min(0), values.max(0), color=color, alpha=0.15)
+    ax.set(xlabel="RL step (0: warm start)", ylabel="held-out greedy accuracy",
+           title="Held-out greedy accuracy during RL (band: seeds)", ylim=(0, 1))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small", loc="center left", bbox_to_anchor=(1.0, 0.5))
+    files.append(_save(plt, fig, folder / "held_out_curve.png"))
+  return files
 
 
 def _save(plt: Any, fig: Any, path: pathlib.Path) -> pathlib.Path:

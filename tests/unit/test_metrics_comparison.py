@@ -43,15 +43,21 @@ def _summary(accuracy, format_rate=0.5, sub_calls=1.0):
           "accuracy_ci95": 0.1, "format_rate": format_rate, "sub_calls_mean": sub_calls}
 
 
-def _write_run(workdir, name, mode, seed, before, after, rewards_main, rewards_sub=None):
-  """A run folder with the files a finished run leaves (real config and metrics writers)."""
+def _write_run(workdir, name, mode, seed, before, after, rewards_main, rewards_sub=None, *,
+               during=None, num_steps=None):
+  """A run folder with the files a finished run leaves (real config and metrics writers);
+  `during` {RL step: summary} are the checkpoints evaluated during RL."""
   folder = workdir / name
   config = base_config()
   apply_overrides(config, {"experiment.mode": mode, "experiment.seed": seed})
+  if num_steps is not None:
+    apply_overrides(config, {"experiment.num_steps": num_steps})
   write_launch_files(config, RunPaths(str(folder), folder, str(folder / "store")))
   (folder / "eval").mkdir(parents=True)
   (folder / "eval" / "warm_start.json").write_text(json.dumps(before))
   (folder / "eval" / "final.json").write_text(json.dumps(after))
+  for step, summary in (during or {}).items():
+    (folder / "eval" / f"step_{step}.json").write_text(json.dumps(dict(summary, step=step)))
   for slice_name, key, rewards in (("main", "main/reward_mean", rewards_main),
                                    ("sub", "sub/reward_mean", rewards_sub)):
     if rewards is None:
@@ -170,6 +176,34 @@ def test_greedy_accuracy_and_each_types_change_are_compared(tmp_path):
   assert lines[header + 2] == "| mgrpo | 0, 1 | 0.700 -> 0.950 | 0.250 -> 0.875 |"
   assert lines[header + 3] == "| frozen_sub | 0 | 0.800 -> 0.800 | – |"
   assert not any("paired by seed" in line for line in lines)
+
+
+def test_the_held_out_curve_is_compared_at_the_steps_every_seed_evaluated(tmp_path):
+  for seed, (before, during, after) in enumerate(((0.5, (0.6, 0.7), 0.8), (0.6, (0.8, 0.9), 1.0))):
+    _write_run(tmp_path, f"mgrpo-s{seed}", "mgrpo", seed, _greedy(before, {}),
+               _greedy(after, {}), [0.1], num_steps=30,
+               during={10: _greedy(during[0], {}), 20: _greedy(during[1], {})})
+  # frozen_sub's second seed stopped evaluating after step 10 (e.g. eval.every changed).
+  _write_run(tmp_path, "frozen_sub-s0", "frozen_sub", 0, _greedy(0.5, {}), _greedy(0.6, {}),
+             [0.1], num_steps=30, during={10: _greedy(0.5, {}), 20: _greedy(0.5, {})})
+  _write_run(tmp_path, "frozen_sub-s1", "frozen_sub", 1, _greedy(0.6, {}), _greedy(0.7, {}),
+             [0.1], num_steps=30, during={10: _greedy(0.6, {})})
+  runs = {r.name: r for r in load_runs(tmp_path)}
+  assert runs["mgrpo-s0"].held_out == {0: 0.5, 10: 0.6, 20: 0.7, 30: 0.8}
+  assert list(runs["frozen_sub-s1"].held_out) == [0, 10, 30]
+  markdown, files = write_comparison(tmp_path, order=("mgrpo", "frozen_sub"))
+  lines = markdown.splitlines()
+  header = lines.index("| experiment.mode (greedy held-out accuracy at RL step) | seeds "
+                       "| 0 | 10 | 20 | 30 |")
+  assert lines[header + 2] == (f"| mgrpo | 0, 1 | {_cell([0.5, 0.6])} | {_cell([0.6, 0.8])} | "
+                               f"{_cell([0.7, 0.9])} | {_cell([0.8, 1.0])} |")
+  assert lines[header + 3] == (f"| frozen_sub | 0, 1 | {_cell([0.5, 0.6])} | "
+                               f"{_cell([0.5, 0.6])} | – | {_cell([0.6, 0.7])} |")
+  curve = tmp_path / "comparison" / "held_out_curve.png"
+  assert curve in files and curve.read_bytes()[:8] == PNG_MAGIC
+  (tmp_path / "mgrpo-s1" / "eval" / "step_20.json").write_text(json.dumps(_greedy(0.9, {})))
+  with pytest.raises(ComparisonError, match=r"mgrpo-s1/eval/step_20\.json: no 'step'"):
+    load_runs(tmp_path)
 
 
 def test_arms_are_compared_with_the_reference_seed_by_seed(tmp_path):
