@@ -71,7 +71,7 @@ class RunResult:
   before: Mapping[str, Any]
   after: Mapping[str, Any]
   curves: Mapping[str, Sequence[Mapping[str, float]]]
-  held_out: Mapping[int, float] = dataclasses.field(default_factory=dict)
+  held_out: Mapping[int, float]
 
 
 @dataclasses.dataclass(frozen=True)
