@@ -11,11 +11,11 @@ did not undo it in 80 steps, docs/RESULTS.md), demonstrate questions about many
 training worlds; two 2-layer, 64-wide agents with smeared keys are fine-tuned on their
 own turns (stage 1); M-GRPO then trains M and S from there (stage 2, B queries x K
 rollouts, D aligned sub-calls, S serving one step stale so that its update overlaps M's
-next rollouts, S at three times M's learning rate); both are evaluated on a held-out test world (the same name pool,
-another random graph) before and after RL, greedy and sampled, and greedily every
-`eval.every` RL steps. Outputs under the
-workdir: metrics.jsonl and TensorBoard events per slice, report/rewards.png,
-report/accuracy.png and report/summary.txt (the table printed at the end).
+next rollouts, S at three times M's learning rate); both are evaluated on a held-out
+test world (the same name pool, another random graph) before and after RL, greedy and
+sampled, and greedily every `eval.every` RL steps. Outputs under the workdir:
+metrics.jsonl and TensorBoard events per slice, report/rewards.png, report/accuracy.png
+and report/summary.txt (the table printed at the end).
 docs/RESULTS.md has what it measures (about 4 minutes on 2 cores).
 
 Preset `short` (`--config=configs/local_demo.py:short`) is the demo in about 3 minutes

@@ -8,8 +8,8 @@ left out), groups them by the config key --group_by (the arms; the seeds are the
 replicates; --reference is the arm the others are compared with seed by seed) and
 writes `<out>/summary.md`, `<out>/rewards.png`, `<out>/accuracy.png` and, when the runs
 evaluated greedily, `<out>/held_out_curve.png` (`mgrpo_jax/metrics/comparison.py` says
-what each holds), printing the table. Exit
-status 2 with one line naming the folder or file when there is nothing to compare.
+what each holds), printing the table. Exit status 2 with one line naming the folder or
+file when there is nothing to compare.
 """
 
 from __future__ import annotations
