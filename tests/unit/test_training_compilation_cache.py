@@ -1,13 +1,19 @@
-"""The run's compilation-cache folder (`training/compilation_cache.py`)."""
+"""The run's compilation cache (`training/compilation_cache.py`): its folder, and what
+`enable_compilation_cache` sets."""
 
 from __future__ import annotations
 
 import pathlib
 
+import jax
 import pytest
 
 from mgrpo_jax.config import apply_overrides, base_config
-from mgrpo_jax.training.compilation_cache import compilation_cache_dir
+from mgrpo_jax.training.compilation_cache import (
+  MIN_COMPILE_TIME_S,
+  compilation_cache_dir,
+  enable_compilation_cache,
+)
 
 
 def _config(folder=None, run_id="r1"):
@@ -37,3 +43,36 @@ def test_a_remote_workdir_keeps_the_cache_in_its_local_folder(tmp_path, monkeypa
 
 def test_empty_leaves_jax_alone(tmp_path):
   assert compilation_cache_dir(_config(""), str(tmp_path)) is None
+
+
+@pytest.fixture
+def restored_jax_cache_config():
+  """Restores the two JAX settings `enable_compilation_cache` changes."""
+  names = ("jax_compilation_cache_dir", "jax_persistent_cache_min_compile_time_secs")
+  before = {name: getattr(jax.config, name) for name in names}
+  yield
+  for name, value in before.items():
+    jax.config.update(name, value)
+
+
+def test_enabling_keeps_every_program(tmp_path, monkeypatch, restored_jax_cache_config):
+  monkeypatch.delenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", raising=False)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+  folder = enable_compilation_cache(_config(), str(tmp_path))
+  assert folder == jax.config.jax_compilation_cache_dir == str(tmp_path / "jax_cache")
+  assert jax.config.jax_persistent_cache_min_compile_time_secs == MIN_COMPILE_TIME_S == 0.0
+
+
+def test_enabling_keeps_the_environment_s_threshold(tmp_path, monkeypatch,
+                                                    restored_jax_cache_config):
+  monkeypatch.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "2")
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 2.0)
+  enable_compilation_cache(_config(), str(tmp_path))
+  assert jax.config.jax_persistent_cache_min_compile_time_secs == 2.0
+
+
+def test_an_empty_folder_changes_nothing(tmp_path, monkeypatch, restored_jax_cache_config):
+  monkeypatch.delenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", raising=False)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+  assert enable_compilation_cache(_config(""), str(tmp_path)) is None
+  assert jax.config.jax_persistent_cache_min_compile_time_secs == 1.0
