@@ -20,9 +20,17 @@ summarizes:
                      sub-task verbatim, the symbolic world's visits its entity). They
                      measure the copying that answers are built from, before any
                      answer is right.
+  sub_expert_mean    S's reports scored by the test world's expert judge (the paper's
+                     r_expert: 1 for a true fact of the question's path, 0.5 true but
+                     off it, 0 false or no report), the mean over S's calls; with a
+                     generated world only (its judge knows the facts)
+  sub_expert_by_property  the same per property the sub-task asks for ("boss", "year",
+                     ...; "other" for a sub-task of no canonical form): where S's
+                     mistakes sit, without reading trajectories
   greedy             accuracy, its interval and per-type accuracy of one greedy
-                     rollout per question (temperature 0): what the policy's most
-                     likely actions achieve, next to the sampled accuracy above.
+                     rollout per question (temperature 0), and S's r_expert as above:
+                     what the policies' most likely actions achieve, next to the
+                     sampled numbers above.
   turn_accuracy      per trained role, the fraction of the clean oracles' turns on the
                      same test questions that the agent's greedy decoding would write
                      from the demonstrated history (`turn_accuracy.py`): each turn of
@@ -51,7 +59,7 @@ from mgrpo_jax.agents.records import MainRecord, SubRecord
 from mgrpo_jax.agents.scoring import score
 from mgrpo_jax.config.modes import Mode, parse_mode
 from mgrpo_jax.evaluation import turn_accuracy
-from mgrpo_jax.tasks.judges import ExactMatchJudge
+from mgrpo_jax.tasks.judges import ExactMatchJudge, ExpertJudge
 from mgrpo_jax.tasks.oracle import Action
 from mgrpo_jax.tasks.renderings import NATURAL, Rendering
 from mgrpo_jax.training import agent_setup
@@ -61,7 +69,10 @@ from mgrpo_jax.warm_start.demonstrations import collect_demonstrations
 
 NUM_EXAMPLES = 2
 # The keys of the greedy pass's summary kept under "greedy".
-GREEDY_KEYS = ("accuracy", "accuracy_ci95", "accuracy_by_type", "format_rate")
+GREEDY_KEYS = ("accuracy", "accuracy_ci95", "accuracy_by_type", "format_rate",
+               "sub_expert_mean", "sub_expert_by_property")
+# The `sub_expert_by_property` key of a sub-task of no canonical form.
+OTHER_PROPERTY = "other"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,17 +138,21 @@ def summarize(main: Sequence[MainRecord], sub: Sequence[SubRecord], questions,
 def evaluate(mode: str | Mode, main: Agent, sub: Agent | None, registry, rollout_config,
              questions: Sequence[Any], *, samples: int, key: int,
              main_spec: specs.AgentSpec, sub_spec: specs.AgentSpec,
-             rendering: Rendering = NATURAL) -> EvalResult:
-  """Rollouts of `questions` (`samples` each), scored and summarized."""
+             rendering: Rendering = NATURAL,
+             expert_judge: ExpertJudge | None = None) -> EvalResult:
+  """Rollouts of `questions` (`samples` each), scored and summarized; with
+  `expert_judge` (of the world `registry` serves), S's reports are scored too."""
   controller = make_controller(mode, main, registry, rollout_config,
                                sub=sub if parse_mode(mode).sub_agent else None,
                                main_spec=main_spec, sub_spec=sub_spec)
   out = controller.run(list(questions), samples, key)
   by_id = {q.id: q for q in questions}
-  scored_main, scored_sub = score(out.main, out.sub, by_id, ExactMatchJudge())
-  return EvalResult(summarize(scored_main, scored_sub, by_id, main.tokenizer,
-                              sub.tokenizer if sub is not None else None, rendering),
-                    scored_main, scored_sub, by_id)
+  scored_main, scored_sub = score(out.main, out.sub, by_id, ExactMatchJudge(), expert_judge)
+  summary = summarize(scored_main, scored_sub, by_id, main.tokenizer,
+                      sub.tokenizer if sub is not None else None, rendering)
+  if expert_judge is not None:
+    summary.update(sub_expert_scores(scored_sub, rendering))
+  return EvalResult(summary, scored_main, scored_sub, by_id)
 
 
 def _call_of(action: Action) -> tuple[str, dict[str, Any]] | None:
@@ -157,6 +172,20 @@ def _first_call(record: MainRecord | SubRecord) -> tuple[str, Any] | None:
     return calls[0].name, json.loads(calls[0].arguments)
   except json.JSONDecodeError:
     return calls[0].name, None
+
+
+def sub_expert_scores(sub: Sequence[SubRecord], rendering: Rendering = NATURAL
+                      ) -> dict[str, Any]:
+  """`sub_expert_mean` and `sub_expert_by_property` (module docstring) of S's records
+  scored with an expert judge; empty without records."""
+  if not sub:
+    return {}
+  by_property: dict[str, list[float]] = collections.defaultdict(list)
+  for record in sub:
+    prop = rendering.subtask_property(record.subtask) or OTHER_PROPERTY
+    by_property[prop].append(float(record.expert))
+  return {"sub_expert_mean": float(np.mean([r.expert for r in sub])),
+          "sub_expert_by_property": {p: float(np.mean(v)) for p, v in sorted(by_property.items())}}
 
 
 def copy_rates(main: Sequence[MainRecord], sub: Sequence[SubRecord], questions,
@@ -255,11 +284,12 @@ def evaluate_sources(config, root: str | pathlib.Path, sources: dict[str, Source
   run = functools.partial(evaluate, mode, registry=registry, rollout_config=rollout_config,
                           questions=questions, main_spec=main_spec, sub_spec=sub_spec,
                           key=agent_setup.derive_seed(int(config.experiment.seed), "eval"),
-                          rendering=rendering)
+                          rendering=rendering, expert_judge=held_out_expert_judge(config))
   greedy_main = greedy(main)
   greedy_sub = None if sub is None else greedy_main if sub is main else greedy(sub)
   greedy_result = run(main=greedy_main, sub=greedy_sub, samples=1)
-  greedy_summary = {key: greedy_result.summary[key] for key in GREEDY_KEYS}
+  greedy_summary = {key: greedy_result.summary[key] for key in GREEDY_KEYS
+                    if key in greedy_result.summary}
   if greedy_only:
     greedy_result.summary["greedy"] = greedy_summary
     return greedy_result
@@ -270,6 +300,17 @@ def evaluate_sources(config, root: str | pathlib.Path, sources: dict[str, Source
       mode, agents, registry, rollout_config, questions, main_spec=main_spec,
       sub_spec=sub_spec, rendering=rendering)
   return result
+
+
+def held_out_expert_judge(config) -> ExpertJudge | None:
+  """The expert judge of the generated test world (`world.*`); None for questions
+  from a file (`world.source`), whose facts no judge knows."""
+  world = config.world
+  if str(world.source) != "generated":
+    return None
+  rendering = world_rendering(config)
+  _, test_world = rendering.split_worlds(str(world.size), int(world.seed), int(world.test_seed))
+  return rendering.expert_judge(test_world)
 
 
 def greedy(agent: Agent) -> Agent:

@@ -27,6 +27,10 @@ GREEDY_ROWS = (("greedy accuracy", ("greedy", "accuracy")),
 # Rows shown when a summary has them (`evaluation.copy_rates`).
 COPY_ROWS = (("M first action = oracle's", "first_action_oracle_rate"),
              ("S query = its sub-task", "sub_query_copy_rate"))
+# S's reports scored by the expert judge (`held_out.sub_expert_scores`), shown when
+# every summary has them; per property for the greedy pass only.
+EXPERT_ROWS = (("S report r_expert", ("sub_expert_mean",)),
+               ("S report r_expert (greedy)", ("greedy", "sub_expert_mean")))
 # Rows of `evaluation`'s held-out turn accuracy (teacher-forced), per trained role.
 TURN_LABELS = {"main": "M", "sub": "S"}
 
@@ -41,6 +45,14 @@ class Report:
 def _series(rows: Sequence[Mapping[str, float]], key: str) -> tuple[list[int], list[float]]:
   steps = [int(r["step"]) + 1 for r in rows if key in r]
   return steps, [float(r[key]) for r in rows if key in r]
+
+
+def _has(summary: Mapping[str, Any], path: tuple[str, ...]) -> bool:
+  for part in path:
+    if not isinstance(summary, Mapping) or part not in summary:
+      return False
+    summary = summary[part]
+  return True
 
 
 def summary_table(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None,
@@ -64,6 +76,12 @@ def summary_table(before: Mapping[str, Any] | None, after: Mapping[str, Any] | N
   keys += [(f"accuracy: {t}", ("accuracy_by_type", t)) for t in types]
   if greedy:
     keys += [(f"greedy accuracy: {t}", ("greedy", "accuracy_by_type", t)) for t in types]
+  keys += [(label, key) for label, key in EXPERT_ROWS
+           if all(_has(s, key) for _, s in columns)]
+  if all(_has(s, ("greedy", "sub_expert_by_property")) for _, s in columns):
+    props = sorted({p for _, s in columns for p in s["greedy"]["sub_expert_by_property"]})
+    keys += [(f"greedy S r_expert: {p}", ("greedy", "sub_expert_by_property", p))
+             for p in props]
 
   def value(summary, key):
     if isinstance(key, tuple):

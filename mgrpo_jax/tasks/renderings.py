@@ -20,10 +20,11 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from mgrpo_jax.tasks import judges, pages, questions, world
+from mgrpo_jax.tasks import judges, pages, questions, statements, world
 from mgrpo_jax.tasks.oracle import OracleMainAgent, OracleSubAgent
 from mgrpo_jax.tasks.oracle import noise as natural_noise
 from mgrpo_jax.tasks.symbolic import judge as symbolic_judge
+from mgrpo_jax.tasks.symbolic import language as symbolic_language
 from mgrpo_jax.tasks.symbolic import oracle as symbolic_oracle
 from mgrpo_jax.tasks.symbolic import questions as symbolic_questions
 from mgrpo_jax.tasks.symbolic import vocabulary
@@ -50,6 +51,8 @@ class Rendering:
     main_mistakes: the names of M's systematic mistakes (keys of `rates`).
     sub_mistakes: the names of S's systematic mistakes.
     expert_judge: world -> `judges.ExpertJudge`.
+    subtask_property: a sub-task's text -> the property it asks for ("boss", "year",
+      ...), or None for a sub-task of no canonical form.
     symbols: strings the tokenizer keeps as one token each.
     disjoint_test_names: whether the test world avoids every train-world name.
   """
@@ -64,6 +67,7 @@ class Rendering:
   main_mistakes: tuple[str, ...]
   sub_mistakes: tuple[str, ...]
   expert_judge: Callable[[Any], judges.ExpertJudge]
+  subtask_property: Callable[[str], str | None]
   symbols: tuple[str, ...] = ()
   disjoint_test_names: bool = True
 
@@ -86,7 +90,8 @@ NATURAL = Rendering(
         natural_noise.SubNoise(rate=rate, seed=seed, rates=tuple(rates))),
     main_mistakes=natural_noise.MAIN_MISTAKES,
     sub_mistakes=natural_noise.SUB_MISTAKES,
-    expert_judge=judges.ProgrammaticExpertJudge)
+    expert_judge=judges.ProgrammaticExpertJudge,
+    subtask_property=lambda text: (statements.parse_subtask(text) or (None,))[0])
 
 SYMBOLIC = Rendering(
     "symbolic",
@@ -102,6 +107,7 @@ SYMBOLIC = Rendering(
     main_mistakes=symbolic_oracle.MAIN_MISTAKES,
     sub_mistakes=symbolic_oracle.SUB_MISTAKES,
     expert_judge=symbolic_judge.SymbolicExpertJudge,
+    subtask_property=lambda text: (symbolic_language.parse_subtask(text) or (None, None))[1],
     symbols=vocabulary.symbols(),
     disjoint_test_names=False)
 

@@ -12,16 +12,23 @@ import pytest
 
 from mgrpo_jax.agents import specs
 from mgrpo_jax.agents.records import MainRecord, SubRecord, ToolCall, Trajectory
-from mgrpo_jax.config import base_config
+from mgrpo_jax.config import apply_overrides, base_config
 from mgrpo_jax.config.modes import parse_mode
-from mgrpo_jax.evaluation.held_out import Source, summarize
+from mgrpo_jax.evaluation.held_out import (
+  Source,
+  held_out_expert_judge,
+  sub_expert_scores,
+  summarize,
+)
 from mgrpo_jax.evaluation.stage import evaluated
 from mgrpo_jax.metrics import MetricsWriter
 from mgrpo_jax.metrics.report import greedy_curve, summary_table, write_report
 from mgrpo_jax.models import get_config, init_model
 from mgrpo_jax.slices import pipeline
 from mgrpo_jax.slices.pipeline import curve_steps
+from mgrpo_jax.tasks import statements
 from mgrpo_jax.tasks.questions import Question
+from mgrpo_jax.tasks.renderings import NATURAL, SYMBOLIC
 from mgrpo_jax.training import (
   MeshConfig,
   OptimizerConfig,
@@ -111,6 +118,41 @@ def test_copy_rates_compare_first_calls_with_the_clean_oracle():
   assert "first_action_oracle_rate" not in summarize(single, [], questions)
 
 
+def test_sub_expert_scores_are_means_over_s_calls_per_asked_property():
+  def call(subtask, expert):
+    return dataclasses.replace(SubRecord("q", 0, 0, subtask, "", "r", _trajectory("r")),
+                               expert=expert)
+
+  sub = [call("E001 boss", 1.0), call("E002 boss", 0.0), call("E002 maker", 0.5),
+         call("E003 year", 1.0), call("E003", 0.0)]
+  assert sub_expert_scores(sub, SYMBOLIC) == {
+      "sub_expert_mean": pytest.approx(2.5 / 5),
+      "sub_expert_by_property": {"boss": 0.5, "maker": 0.5, "other": 0.0, "year": 1.0}}
+  natural = [call(statements.subtask_text("founded_by", "Xarolo Bent"), 1.0),
+             call("Who founded Xarolo Bent?", 0.0)]
+  assert sub_expert_scores(natural, NATURAL)["sub_expert_by_property"] == {
+      "founded_by": 1.0, "other": 0.0}
+  assert sub_expert_scores([], SYMBOLIC) == {}
+
+
+def test_s_reports_are_judged_against_the_test_world():
+  config = base_config()
+  apply_overrides(config, {"world.render": "symbolic", "world.size": "tiny"})
+  train_world, test_world = SYMBOLIC.split_worlds("tiny", int(config.world.seed),
+                                                   int(config.world.test_seed))
+  facts = [f for e in range(len(test_world)) for f in test_world.facts_of(e)
+           if f.relation == "boss" and not train_world.holds(f)]
+  fact = facts[0]  # true in the test world only
+  task = _question("q", "lookup")
+  judge = held_out_expert_judge(config)
+  subtask, report = f"{fact.subject} boss", f"boss {fact.object}"
+  assert judge(dataclasses.replace(task, path=(fact,)), subtask, report) == 1.0
+  assert judge(task, subtask, report) == 0.5  # true, off the question's path
+  assert SYMBOLIC.expert_judge(train_world)(task, subtask, report) == 0.0
+  apply_overrides(config, {"world.source": "jsonl"})
+  assert held_out_expert_judge(config) is None
+
+
 def test_report_writes_pngs_and_a_table_with_the_change(tmp_path):
   writer = MetricsWriter(tmp_path / "logs" / "main", tensorboard=False)
   for step, reward in enumerate((0.2, 0.5)):
@@ -147,6 +189,17 @@ def test_report_writes_pngs_and_a_table_with_the_change(tmp_path):
   rows = {line[:32].strip(): line[32:].split() for line in table.splitlines()}
   assert rows["M turns right (forced)"] == ["0.250", "0.500", "+0.250"]
   assert rows["S turns right (forced)"] == ["0.500", "0.750", "+0.250"]
+  assert "S report r_expert" not in rows  # summaries without S's scores
+  scored = [dict(before, sub_expert_mean=0.5, greedy={"accuracy": 0.5, "sub_expert_mean": 0.6,
+                                                      "sub_expert_by_property": {"boss": 0.4}}),
+            dict(after, sub_expert_mean=0.75, greedy={"accuracy": 1.0, "sub_expert_mean": 0.9,
+                                                      "sub_expert_by_property": {"boss": 0.8,
+                                                                                 "year": 1.0}})]
+  rows = {line[:32].strip(): line[32:].split() for line in summary_table(*scored).splitlines()}
+  assert rows["S report r_expert"] == ["0.500", "0.750", "+0.250"]
+  assert rows["S report r_expert (greedy)"] == ["0.600", "0.900", "+0.300"]
+  assert rows["greedy S r_expert: boss"] == ["0.400", "0.800", "+0.400"]
+  assert rows["greedy S r_expert: year"] == ["0.000", "1.000", "+1.000"]
   for path in report.files[:2]:
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   assert report.files[2].read_text().strip() == report.table
