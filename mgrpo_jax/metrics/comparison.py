@@ -13,7 +13,8 @@ per seed (after - before, the same warm start), then averaged.
 Outputs under `<out>/`: `summary.md` (Markdown tables, one row per arm: held-out accuracy
 sampled and greedy before and after RL and its change, format rate, sub-calls per rollout,
 the final training rewards R_M and R_S; then the greedy accuracy of each question type
-before -> after, which says whose mistakes RL fixed; then greedy held-out accuracy at
+before -> after, which says whose mistakes RL fixed, and S's greedy r_expert per asked
+property (where the summaries have it), which says where S's were; then greedy held-out accuracy at
 each RL step that every run of the arm evaluated (step 0 is the warm start, the last
 the final checkpoint); then, with a reference arm, each
 other arm's accuracy after RL minus the reference's, paired by seed: arms that share a
@@ -266,7 +267,8 @@ def summary_markdown(grouped: Mapping[str, Sequence[RunResult]], group_by: str,
     lines += [f"| {arm} | {seeds(arm)} | " + " | ".join(cell(rows[arm][c]) for c in columns)
               + " |" for arm in rows]
     lines.append("")
-  lines += _by_type_table(grouped, group_by, seeds)
+  for key, title in _GREEDY_BREAKDOWNS:
+    lines += _before_after_table(grouped, group_by, seeds, key, title)
   lines += _held_out_curve_table(grouped, group_by, seeds)
   if reference in grouped:
     columns = ["accuracy after", "greedy accuracy after"]
@@ -286,30 +288,36 @@ def summary_markdown(grouped: Mapping[str, Sequence[RunResult]], group_by: str,
   return "\n".join(lines) + "\n"
 
 
-def _by_type_table(grouped: Mapping[str, Sequence[RunResult]], group_by: str, seeds
-                   ) -> list[str]:
-  """Markdown lines: each arm's greedy accuracy per question type, before -> after RL
-  (means over the seeds whose test questions hold the type); none without greedy passes."""
-  def by_type(summary: Mapping[str, Any]) -> Mapping[str, float]:
-    return summary.get("greedy", {}).get("accuracy_by_type", {})
+# Per-key tables of the greedy pass (`_before_after_table`): the summary key, the title.
+_GREEDY_BREAKDOWNS = (("accuracy_by_type", "greedy accuracy by type"),
+                      ("sub_expert_by_property", "greedy S r_expert by asked property"))
+
+
+def _before_after_table(grouped: Mapping[str, Sequence[RunResult]], group_by: str, seeds,
+                        key: str, title: str) -> list[str]:
+  """Markdown lines: each arm's greedy-pass breakdown `key` (accuracy per question type,
+  S's r_expert per asked property), before -> after RL, means over the seeds whose
+  summaries hold the column; none when no run has the breakdown."""
+  def breakdown(summary: Mapping[str, Any]) -> Mapping[str, float]:
+    return summary.get("greedy", {}).get(key, {})
 
   runs = [r for arm_runs in grouped.values() for r in arm_runs]
-  types = sorted({t for r in runs for summary in (r.before, r.after) for t in by_type(summary)})
-  if not types:
+  names = sorted({n for r in runs for summary in (r.before, r.after) for n in breakdown(summary)})
+  if not names:
     return []
 
-  def cell(arm: str, question_type: str) -> str:
-    pairs = [(by_type(r.before)[question_type], by_type(r.after)[question_type])
-             for r in grouped[arm] if question_type in by_type(r.before)
-             and question_type in by_type(r.after)]
+  def cell(arm: str, name: str) -> str:
+    pairs = [(breakdown(r.before)[name], breakdown(r.after)[name])
+             for r in grouped[arm] if name in breakdown(r.before)
+             and name in breakdown(r.after)]
     if not pairs:
       return "–"
     before, after = (math.fsum(values) / len(pairs) for values in zip(*pairs, strict=True))
     return f"{before:.3f} -> {after:.3f}"
 
-  lines = [f"| {group_by} (greedy accuracy by type, before -> after) | seeds | "
-           + " | ".join(types) + " |", "|---|---|" + "---|" * len(types)]
-  lines += [f"| {arm} | {seeds(arm)} | " + " | ".join(cell(arm, t) for t in types) + " |"
+  lines = [f"| {group_by} ({title}, before -> after) | seeds | "
+           + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+  lines += [f"| {arm} | {seeds(arm)} | " + " | ".join(cell(arm, n) for n in names) + " |"
             for arm in grouped]
   return lines + [""]
 

@@ -176,6 +176,27 @@ def test_greedy_accuracy_and_each_types_change_are_compared(tmp_path):
   assert lines[header + 2] == "| mgrpo | 0, 1 | 0.700 -> 0.950 | 0.250 -> 0.875 |"
   assert lines[header + 3] == "| frozen_sub | 0 | 0.800 -> 0.800 | – |"
   assert not any("paired by seed" in line for line in lines)
+  assert not any("r_expert" in line for line in lines)  # summaries without S's scores
+
+
+def _scored(accuracy, by_property):
+  summary = _greedy(accuracy, {})
+  summary["greedy"]["sub_expert_by_property"] = by_property
+  return summary
+
+
+def test_s_reports_per_asked_property_are_compared(tmp_path):
+  _write_run(tmp_path, "mgrpo-s0", "mgrpo", 0, _scored(0.5, {"boss": 0.2, "year": 1.0}),
+             _scored(0.8, {"boss": 0.8, "year": 1.0}), [0.1])
+  _write_run(tmp_path, "mgrpo-s1", "mgrpo", 1, _scored(0.6, {"boss": 0.4, "year": 0.5}),
+             _scored(0.9, {"boss": 1.0, "year": 1.0}), [0.1])
+  _write_run(tmp_path, "frozen_sub-s0", "frozen_sub", 0, _scored(0.5, {"boss": 0.2}),
+             _scored(0.6, {"boss": 0.2}), [0.1])
+  lines = write_comparison(tmp_path, order=("mgrpo", "frozen_sub"))[0].splitlines()
+  header = next(i for i, line in enumerate(lines) if "r_expert by asked property" in line)
+  assert lines[header].endswith("| seeds | boss | year |")
+  assert lines[header + 2] == "| mgrpo | 0, 1 | 0.300 -> 0.900 | 0.750 -> 1.000 |"
+  assert lines[header + 3] == "| frozen_sub | 0 | 0.200 -> 0.200 | – |"
 
 
 def test_the_held_out_curve_is_compared_at_the_steps_every_seed_evaluated(tmp_path):
