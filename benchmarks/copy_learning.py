@@ -1,6 +1,7 @@
 """Benchmark: steps to learn copying, with smeared keys against plain keys.
 
-The `small` preset (128 wide, 2 layers) trained from scratch on the copy curriculum
+A model preset (`--preset`, default `small`: 128 wide, 2 layers; `tiny` is the demo's
+64-wide agent) trained from scratch on the copy curriculum
 (`warm_start/copy_curriculum.py`: one repeated span per sequence, loss on the copy)
 through the warm start's SFT update, once with `smeared_keys` and once without, same
 seed, data and optimizer (AdamW, warm-up then constant). Every `--every` steps both
@@ -8,7 +9,7 @@ models predict the copies of 64 fresh sequences greedily (`copy_accuracy`). Prin
 the accuracy curve of each, the steps each needs to reach `--target`, and their ratio
 (a plain model that never reaches it counts as more than `--steps`).
 
-  python benchmarks/copy_learning.py [--steps 1500] [--every 100] [--target 0.8]
+  python benchmarks/copy_learning.py [--preset small] [--steps 1500] [--every 100] [--target 0.8]
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from mgrpo_jax.warm_start.copy_curriculum import copy_accuracy, copy_sequences
 def learning_curve(smeared: bool, args) -> tuple[list[tuple[int, float]], float]:
   """[(step, copy accuracy)] every `args.every` steps, and the wall seconds of training."""
   tokens = np.arange(4, args.vocab, dtype=np.int32)
-  config = get_config("small", vocab_size=args.vocab, max_seq_len=args.length,
+  config = get_config(args.preset, vocab_size=args.vocab, max_seq_len=args.length,
                       smeared_keys=smeared)
   optimizer = make_optimizer(OptimizerConfig(learning_rate=args.learning_rate,
                                              warmup_steps=10, eps=1e-8))
@@ -60,6 +61,7 @@ def steps_to(curve: list[tuple[int, float]], target: float) -> int | None:
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--preset", default="small", help="model preset (models.get_config)")
   parser.add_argument("--steps", type=int, default=1500)
   parser.add_argument("--every", type=int, default=100)
   parser.add_argument("--target", type=float, default=0.8)
