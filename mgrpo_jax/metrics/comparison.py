@@ -37,6 +37,7 @@ import pathlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from mgrpo_jax.metrics.report import summary_at
 from mgrpo_jax.metrics.writer import read_metrics
 
 SUMMARY_NAME = "summary.md"
@@ -194,12 +195,8 @@ def arms(runs: Sequence[RunResult], order: Sequence[str] = ()) -> dict[str, list
 def _summary_value(summary: Mapping[str, Any], path: Sequence[str]) -> float | None:
   """The number at `path` in a held-out summary; None where it has none (e.g. no greedy
   pass)."""
-  node: Any = summary
-  for part in path:
-    if not isinstance(node, Mapping) or part not in node:
-      return None
-    node = node[part]
-  return float(node)
+  node = summary_at(summary, path)
+  return None if node is None else float(node)
 
 
 def arm_row(runs: Sequence[RunResult]) -> dict[str, Estimate | None]:

@@ -47,12 +47,15 @@ def _series(rows: Sequence[Mapping[str, float]], key: str) -> tuple[list[int], l
   return steps, [float(r[key]) for r in rows if key in r]
 
 
-def _has(summary: Mapping[str, Any], path: tuple[str, ...]) -> bool:
+def summary_at(summary: Mapping[str, Any], path: Sequence[str]) -> Any | None:
+  """What a held-out summary holds at `path` (keys, outermost first); None where it
+  holds nothing (e.g. no greedy pass, or no S to score)."""
+  node: Any = summary
   for part in path:
-    if not isinstance(summary, Mapping) or part not in summary:
-      return False
-    summary = summary[part]
-  return True
+    if not isinstance(node, Mapping) or part not in node:
+      return None
+    node = node[part]
+  return node
 
 
 def summary_table(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None,
@@ -77,17 +80,16 @@ def summary_table(before: Mapping[str, Any] | None, after: Mapping[str, Any] | N
   if greedy:
     keys += [(f"greedy accuracy: {t}", ("greedy", "accuracy_by_type", t)) for t in types]
   keys += [(label, key) for label, key in EXPERT_ROWS
-           if all(_has(s, key) for _, s in columns)]
-  if all(_has(s, ("greedy", "sub_expert_by_property")) for _, s in columns):
+           if all(summary_at(s, key) is not None for _, s in columns)]
+  if all(summary_at(s, ("greedy", "sub_expert_by_property")) is not None for _, s in columns):
     props = sorted({p for _, s in columns for p in s["greedy"]["sub_expert_by_property"]})
     keys += [(f"greedy S r_expert: {p}", ("greedy", "sub_expert_by_property", p))
              for p in props]
 
   def value(summary, key):
     if isinstance(key, tuple):
-      for part in key[:-1]:
-        summary = summary.get(part, {})
-      return summary.get(key[-1], 0.0)
+      found = summary_at(summary, key)
+      return 0.0 if found is None else found
     return summary.get(key)
 
   header = f"{'':{LABEL}s}" + "".join(f"{name:>12s}" for name, _ in columns)
