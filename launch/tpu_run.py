@@ -31,7 +31,10 @@ parameters, optimizer state, gradients, activations and KV cache on the config's
 
 A run records the config keys that define it in <workdir>/run_config.json; rerunning
 with another value of one of them exits 2 naming it (the keys that may change on resume:
-mgrpo_jax/slices/run_fingerprint.py, RESUMABLE_KEYS).
+mgrpo_jax/slices/run_fingerprint.py, RESUMABLE_KEYS). Each computing process records its
+machine and jax version in <workdir>/machines/<slice>_<stage>.json (float results, and so
+accuracies, differ between CPU models: mgrpo_jax/metrics/machine.py); report/summary.txt
+ends with the line naming them.
 
 Config keys are overridden with --config.<key>=<value> (all keys: mgrpo_jax/config/spec.py);
 user components (e.g. a reward function) are injected with --gin_file/--gin_bindings
@@ -45,6 +48,7 @@ import sys
 from typing import NoReturn
 
 from absl import app, flags
+from absl import logging as absl_logging
 from ml_collections import config_flags
 
 from mgrpo_jax.config import ConfigError, iter_fields, validate
@@ -180,6 +184,24 @@ def _dry_run(config) -> None:
                    + "\n")
 
 
+def _record_machine(workdir: str, role: str) -> None:
+  """Records where this process computes (`metrics/machine.py`); warns when a resumed role
+  runs on a machine whose float results differ from the last one's."""
+  from mgrpo_jax.metrics import machine
+  from mgrpo_jax.store.folder import open_folder
+
+  description = machine.describe()
+  try:
+    changed = machine.record(open_folder(workdir), role, description)
+  except ValueError as e:
+    _fail(str(e))
+  if changed:
+    absl_logging.warning(
+        "%s: %s ran on another machine before (it differs in %s); this launch runs on %s, so "
+        "its steps round floats otherwise than the earlier ones", workdir, role,
+        ", ".join(changed), machine.label(description))
+
+
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     _fail(f"unexpected arguments: {' '.join(argv[1:])}")
@@ -211,6 +233,8 @@ def main(argv: list[str]) -> None:
     except ConfigError as e:
       _fail(str(e))
     enable_compilation_cache(config, workdir)  # before the first compilation
+    if not orchestrating and is_writer():
+      _record_machine(workdir, f"{_SLICE.value}_{_STAGE.value}")
 
   try:
     parse_gin(_GIN_FILE.value, _GIN_BINDINGS.value)

@@ -1,5 +1,5 @@
 """Run metrics: metrics.jsonl, TensorBoard event files, an optional Weights & Biases run,
-and the console progress line."""
+the console progress line, and the machines a run computed on (`machine`)."""
 
 from mgrpo_jax.metrics.progress import PhaseProgress, format_progress
 from mgrpo_jax.metrics.wandb_run import WandbRun

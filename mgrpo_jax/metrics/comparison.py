@@ -24,7 +24,8 @@ spread),
 `accuracy.png` (held-out accuracy, greedy accuracy when every run has a greedy pass, and
 format rate per arm before and after RL, with the intervals) and, when the runs have a
 greedy pass, `held_out_curve.png` (greedy held-out accuracy per RL step per arm, the
-band spanning the seeds).
+band spanning the seeds). `summary.md` ends with the machines the runs computed on
+(`machines/` of each run folder, `machine.py`), each with its runs when they differ.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import pathlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from mgrpo_jax.metrics import machine
 from mgrpo_jax.metrics.report import summary_at
 from mgrpo_jax.metrics.writer import read_metrics
 
@@ -66,6 +68,8 @@ class RunResult:
     held_out: `{RL step: greedy held-out accuracy}`: 0 the warm start, the steps of
       `eval/step_<t>.json`, and `experiment.num_steps` after RL (empty without a
       greedy pass).
+    machines: `{role: [machine label, ...]}` of the run's `machines/` records
+      (`machine.read_labels_at`; empty for a run of a version that kept none).
   """
   name: str
   arm: str
@@ -74,6 +78,7 @@ class RunResult:
   after: Mapping[str, Any]
   curves: Mapping[str, Sequence[Mapping[str, float]]]
   held_out: Mapping[int, float]
+  machines: Mapping[str, Sequence[str]] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,7 +154,8 @@ def load_run(folder: str | pathlib.Path, group_by: str = "experiment.mode") -> R
   return RunResult(name=folder.name, arm=str(_config_value(config, group_by, needed[0])),
                    seed=int(_config_value(config, "experiment.seed", needed[0])),
                    before=before, after=after, curves=curves,
-                   held_out=_held_out_curve(folder, before, after, last_step))
+                   held_out=_held_out_curve(folder, before, after, last_step),
+                   machines=machine.read_labels_at(folder))
 
 
 def _held_out_curve(folder: pathlib.Path, before: Mapping[str, Any],
@@ -282,7 +288,29 @@ def summary_markdown(grouped: Mapping[str, Sequence[RunResult]], group_by: str,
   n = {r.after.get("num_questions", 0) for runs in grouped.values() for r in runs}
   lines.append(f"Means over seeds ± the half-width of the 95% t interval over seeds; "
                f"held-out questions per run: {', '.join(str(v) for v in sorted(n))}.")
+  lines += _machines_lines(grouped)
   return "\n".join(lines) + "\n"
+
+
+def _machines_lines(grouped: Mapping[str, Sequence[RunResult]]) -> list[str]:
+  """Markdown lines naming the machines the runs computed on (`RunResult.machines`): one
+  line when all share one; else each machine with its runs, since float results, and so
+  accuracies, differ between machines (`machine.py`). None without records."""
+  runs_of: dict[str, list[str]] = {}
+  for runs in grouped.values():
+    for run in runs:
+      for history in run.machines.values():
+        for label in history:
+          names = runs_of.setdefault(label, [])
+          if run.name not in names:
+            names.append(run.name)
+  if not runs_of:
+    return []
+  if len(runs_of) == 1:
+    return ["", f"Every run computed on {next(iter(runs_of))}."]
+  return ["", "The runs computed on several machines, whose float results differ (the same "
+          "run on two of them gives other accuracies):"] + [
+              f"- {label}: {', '.join(names)}" for label, names in runs_of.items()]
 
 
 # Per-key tables of the greedy pass (`_before_after_table`): the summary key, the title.

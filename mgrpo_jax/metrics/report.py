@@ -6,7 +6,9 @@ its 95% half-width, format rate, sub-calls and tool calls per rollout). Outputs,
 `<local>/report/`: `rewards.png` (mean R_M and R_S per RL step), `accuracy.png` (M's
 training accuracy per step, the held-out accuracy before and after RL as markers, and
 the greedy held-out accuracy at the warm start, at the evaluated RL checkpoints
-(`curve`) and after RL as a line), and `summary.txt` (the table that is also printed).
+(`curve`) and after RL as a line), and `summary.txt` (the table that is also printed; its
+last line names the machines the run computed on, whose CPU and jax version decide its
+float results: `machine.py`).
 """
 
 from __future__ import annotations
@@ -171,9 +173,10 @@ def _save_figure(plt: Any, fig: Any, ax: Any, path: pathlib.Path) -> pathlib.Pat
 
 def write_report(local: pathlib.Path, main_metrics: pathlib.Path, sub_metrics: pathlib.Path,
                  before: Mapping[str, Any] | None, after: Mapping[str, Any] | None, *,
-                 title: str = "", curve: Sequence[tuple[int, Mapping[str, Any]]] = ()
-                 ) -> Report:
-  """Plots and table of one run under `<local>/report/` (module docstring)."""
+                 title: str = "", curve: Sequence[tuple[int, Mapping[str, Any]]] = (),
+                 machines: str = "") -> Report:
+  """Plots and table of one run under `<local>/report/` (module docstring); `machines`,
+  the line naming where the run computed (`machine.computed_on`), ends the table."""
   folder = pathlib.Path(local) / "report"
   main_rows = read_metrics(main_metrics) if pathlib.Path(main_metrics).exists() else []
   sub_rows = read_metrics(sub_metrics) if pathlib.Path(sub_metrics).exists() else []
@@ -183,6 +186,8 @@ def write_report(local: pathlib.Path, main_metrics: pathlib.Path, sub_metrics: p
     table += "\ngreedy held-out accuracy during RL: " + ", ".join(
         f"step {t} {s['greedy']['accuracy']:.3f} +- {s['greedy']['accuracy_ci95']:.3f}"
         for t, s in curve)
+  if machines:
+    table += "\n" + machines
   summary = folder / "summary.txt"
   summary.write_text(table + "\n")
   return Report(table, tuple(files) + (summary,))

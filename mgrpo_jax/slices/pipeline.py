@@ -42,8 +42,9 @@ from mgrpo_jax.evaluation.stage import (
   run_evaluation,
   shared_evaluation,
 )
-from mgrpo_jax.metrics import report
+from mgrpo_jax.metrics import machine, report
 from mgrpo_jax.scale.writers import log
+from mgrpo_jax.store.folder import open_folder
 from mgrpo_jax.training.paths import RunPaths, warm_start_folder
 from mgrpo_jax.warm_start.stage import run_warm_start, with_init_checkpoints
 
@@ -146,7 +147,9 @@ def run_all(config, workdir: str, spawn) -> None:
     curve = [(int(label.removeprefix("step_")), summary) for label, summary in summaries.items()]
   written = report.write_report(paths.local, paths.logs("main") / "metrics.jsonl",
                                 paths.logs("sub") / "metrics.jsonl", before, after,
-                                title=f"{config.experiment.name} ({mode.name})", curve=curve)
+                                title=f"{config.experiment.name} ({mode.name})", curve=curve,
+                                machines=machine.computed_on(
+                                    machine.read_labels(open_folder(workdir))))
   for line in written.table.splitlines():
     log(line)
   log(f"report: {', '.join(str(p) for p in written.files)}")

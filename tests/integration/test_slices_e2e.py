@@ -24,8 +24,10 @@ import shutil
 import signal
 import time
 
+import jax
 import pytest
 
+from mgrpo_jax.metrics.machine import label as machine_label
 from mgrpo_jax.metrics.writer import read_metrics
 from mgrpo_jax.store import open_store
 from mgrpo_jax.store.schema import MainOutcomes, SliceAck, ack_key, outcomes_key
@@ -104,6 +106,14 @@ def test_two_slices_complete_every_step(reference):
       "step_00000001", "step_00000002"}
   # The run's persistent compilation cache holds the slices' compiled programs.
   assert any(p.name.startswith("jit_") for p in (workdir / "jax_cache").iterdir())
+  # Each slice recorded the machine it computed on, and the report's table ends with it.
+  for role in ("main_rl", "sub_rl"):
+    (recorded,) = json.loads((workdir / "machines" / f"{role}.json").read_text())
+    assert recorded == dict(recorded, backend="cpu", devices=["cpu"])
+    assert recorded["packages"]["jax"] == jax.__version__
+  last_line = (workdir / "report" / "summary.txt").read_text().splitlines()[-1]
+  assert last_line == f"computed on: {machine_label(recorded)}"
+  assert last_line in output  # the parent prints the table
 
 
 def test_resume_after_sigkill_equals_uninterrupted_run(reference, tmp_path):
@@ -161,6 +171,9 @@ def test_gs_run_resumes_on_fresh_machines_after_kills(reference, gcs_bucket, tmp
     lines = objects.get(f"logs/{name}/metrics.jsonl").decode().splitlines()
     assert sorted({json.loads(line)["step"] for line in lines}) == list(range(NUM_STEPS))
     assert objects.list(f"logs/{name}/tensorboard/")
+  # Three launches on one machine type: one record per role, in the gs:// workdir.
+  for role in ("main_rl", "sub_rl"):
+    assert len(json.loads(objects.get(f"machines/{role}.json"))) == 1
   assert not (machines[2] / "runs_local" / RUN_ID / "main").exists()
   assert not (machines[2] / "runs_local" / RUN_ID / "sub").exists()
 
@@ -178,3 +191,5 @@ def test_the_evaluation_runs_in_its_own_child_process(reference):
   assert (workdir / "eval" / "final.json").exists()
   assert (workdir / "launch" / "eval.pid").exists()
   assert "held-out accuracy" in result.stdout  # the report's table, from the child's summary
+  (recorded,) = json.loads((workdir / "machines" / "all_eval_after.json").read_text())
+  assert f"computed on: {machine_label(recorded)}" in result.stdout  # one machine, every role

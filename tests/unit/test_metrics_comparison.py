@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mgrpo_jax.config import apply_overrides, base_config
-from mgrpo_jax.metrics import MetricsWriter
+from mgrpo_jax.metrics import MetricsWriter, machine
 from mgrpo_jax.metrics.comparison import (
   ComparisonError,
   arms,
@@ -24,6 +24,7 @@ from mgrpo_jax.metrics.comparison import (
   write_comparison,
 )
 from mgrpo_jax.slices.run import write_launch_files
+from mgrpo_jax.store.folder import LocalFolder
 from mgrpo_jax.training.paths import RunPaths
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -153,6 +154,30 @@ def test_the_table_holds_the_seed_statistics(sweep):
   assert sorted(f.name for f in files) == ["accuracy.png", "rewards.png", "summary.md"]
   for name in ("accuracy.png", "rewards.png"):
     assert (sweep / "comparison" / name).read_bytes()[:8] == PNG_MAGIC
+
+
+def test_the_machines_the_runs_computed_on_are_named(sweep):
+  markdown = write_comparison(sweep)[0]
+  assert "computed on" not in markdown  # runs without machine records
+  cpu = {"backend": "cpu", "packages": {"jax": "0.10.2"},
+         "cpu": {"arch": "x86_64", "model": "Xeon", "isa": ["avx2"], "cores": 2}}
+  for run in ("mgrpo-s0", "mgrpo-s1", "single_agent-s0", "single_agent-s1"):
+    for role in ("main_rl", "sub_rl"):
+      machine.record(LocalFolder(sweep / run), role, cpu)
+  assert load_run(sweep / "mgrpo-s1").machines == {
+      "main_rl": ["cpu: Xeon x86_64 (avx2), 2 cores; jax 0.10.2"],
+      "sub_rl": ["cpu: Xeon x86_64 (avx2), 2 cores; jax 0.10.2"]}
+  lines = write_comparison(sweep)[0].splitlines()
+  assert lines[-1] == "Every run computed on cpu: Xeon x86_64 (avx2), 2 cores; jax 0.10.2."
+  avx512 = dict(cpu, cpu=dict(cpu["cpu"], isa=["avx2", "avx512f"]))
+  machine.record(LocalFolder(sweep / "single_agent-s1"), "main_rl", avx512)
+  lines = write_comparison(sweep)[0].splitlines()
+  assert lines[-3:] == [
+      "The runs computed on several machines, whose float results differ (the same run on "
+      "two of them gives other accuracies):",
+      "- cpu: Xeon x86_64 (avx2), 2 cores; jax 0.10.2: mgrpo-s0, mgrpo-s1, single_agent-s0, "
+      "single_agent-s1",
+      "- cpu: Xeon x86_64 (avx2 avx512f), 2 cores; jax 0.10.2: single_agent-s1"]
 
 
 def _greedy(accuracy, by_type):

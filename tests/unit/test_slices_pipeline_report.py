@@ -165,6 +165,13 @@ def test_report_writes_pngs_and_a_table_with_the_change(tmp_path):
   report = write_report(tmp_path, tmp_path / "logs" / "main" / "metrics.jsonl",
                         tmp_path / "logs" / "sub" / "metrics.jsonl", before, after, title="t")
   lines = {line[:32].strip(): line[32:].split() for line in report.table.splitlines()}
+  assert not report.table.splitlines()[-1].startswith("computed on")  # no records
+  where = "computed on: cpu: Intel(R) Xeon(R) Processor x86_64 (avx2), 2 cores; jax 0.10.2"
+  with_machine = write_report(tmp_path / "m", tmp_path / "logs" / "main" / "metrics.jsonl",
+                              tmp_path / "logs" / "sub" / "metrics.jsonl", before, after,
+                              title="t", machines=where)
+  assert with_machine.table.splitlines()[-1] == where
+  assert (tmp_path / "m" / "report" / "summary.txt").read_text().splitlines()[-1] == where
   assert lines["held-out accuracy"] == ["0.250", "0.750", "+0.500"]
   assert lines["reason calls per rollout"] == ["0.000", "0.500", "+0.500"]
   assert lines["95% half-width"] == ["0.100", "0.100"]
