@@ -249,7 +249,10 @@ def main(argv: list[str]) -> None:
   if _DRY_RUN.value:
     _dry_run(config)
     return
-  mgrpo_jax.slices.run_slice(_SLICE.value, config, workdir, _STAGE.value)
+  try:
+    mgrpo_jax.slices.run_slice(_SLICE.value, config, workdir, _STAGE.value)
+  except ConfigError as e:  # e.g. a shared warm start computed from other values
+    _fail(str(e))
 
 
 if __name__ == "__main__":

@@ -8,8 +8,10 @@ start as its own process, concurrently: `warm_start_agent` (`--slice=<role>
 (`demonstration_worlds`), runs the copy curriculum (`warm_start.copy_steps` and
 `window_copy_steps`, `copy_curriculum`), fine-tunes the agent on its own
 demonstrations (`sft`) and saves a parameter checkpoint in `<local>/warm_start/<role>`
-(or `warm_start.dir`, shared by runs with the same warm start). The RL slices start from
-it (`with_init_checkpoints`: `<role>.model.init_checkpoint`, unless already set).
+(or `warm_start.dir`, shared by runs with the same warm start: the folder records what
+it was computed from, and a run that would compute another stops, naming the key:
+`folder_config`). The RL slices start from it (`with_init_checkpoints`:
+`<role>.model.init_checkpoint`, unless already set).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from mgrpo_jax.warm_start.copy_curriculum import (
 )
 from mgrpo_jax.warm_start.demonstration_worlds import demonstration_worlds
 from mgrpo_jax.warm_start.demonstrations import collect_demonstrations
+from mgrpo_jax.warm_start.folder_config import check_or_record
 from mgrpo_jax.warm_start.sft import SFTConfig, sft
 
 # Batch lengths T of the SFT (a batch takes the smallest >= its longest row): steps of 32
@@ -79,6 +82,8 @@ def run_warm_start(config, paths: RunPaths, spawn) -> dict[str, str]:
   dirs = {role: str(folder / role) for role in parse_mode(config.experiment.mode).agents}
   with file_lock(folder / ".lock"):
     done = folder / _DONE
+    check_or_record(config, folder, built=done.exists()
+                    or any(_agent_summary(folder, role).exists() for role in dirs))
     if done.exists():
       log(f"warm start: reusing {folder}")
       return dirs
@@ -115,6 +120,9 @@ def warm_start_agent(config, workdir: str, role: str) -> None:
   mode = parse_mode(str(config.experiment.mode))
   mode.check_agent(role)
   folder = warm_start_folder(config, paths)
+  folder.mkdir(parents=True, exist_ok=True)
+  check_or_record(config, folder, built=(folder / _DONE).exists()
+                  or any(_agent_summary(folder, r).exists() for r in mode.agents))
   if _agent_summary(folder, role).exists():
     log(f"warm start {role}: reusing {folder / role}")
     return

@@ -93,3 +93,23 @@ def test_resuming_with_another_defining_value_exits_2_naming_the_key(tmp_path):
   assert (f"config key 'mgrpo.rollouts_per_query' is 4, but the run in {tmp_path} was "
           "started with 8") in lines[0]
   assert sorted(p.name for p in tmp_path.iterdir()) == ["run_config.json"]  # nothing ran
+
+
+def test_a_shared_warm_start_of_other_values_exits_2_naming_the_key(tmp_path):
+  """A warm-start folder records what it was computed from (here written as the first run
+  would); a run of another test world that names it is refused before anything runs."""
+  from configs.local_demo import get_config
+  from mgrpo_jax.warm_start.folder_config import check_or_record
+
+  shared = tmp_path / "warm_start"
+  shared.mkdir()
+  check_or_record(get_config("short"), shared, built=False)
+  proc = run("--slice=all", "--config=configs/local_demo.py:short",
+             f"--workdir={tmp_path / 'run'}", f"--config.warm_start.dir={shared}",
+             "--config.world.test_seed=2")
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  lines = proc.stderr.strip().splitlines()
+  assert len(lines) == 1, proc.stderr
+  assert (f"warm start folder {shared} was computed with world.test_seed=1, but this run "
+          "has 2") in lines[0]
+  assert sorted(p.name for p in shared.iterdir()) == [".lock", "warm_start_config.json"]
