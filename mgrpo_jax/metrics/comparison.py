@@ -296,14 +296,9 @@ def _machines_lines(grouped: Mapping[str, Sequence[RunResult]]) -> list[str]:
   """Markdown lines naming the machines the runs computed on (`RunResult.machines`): one
   line when all share one; else each machine with its runs, since float results, and so
   accuracies, differ between machines (`machine.py`). None without records."""
-  runs_of: dict[str, list[str]] = {}
-  for runs in grouped.values():
-    for run in runs:
-      for history in run.machines.values():
-        for label in history:
-          names = runs_of.setdefault(label, [])
-          if run.name not in names:
-            names.append(run.name)
+  runs_of = machine.owners_by_machine(
+      {run.name: [label for history in run.machines.values() for label in history]
+       for runs in grouped.values() for run in runs})
   if not runs_of:
     return []
   if len(runs_of) == 1:

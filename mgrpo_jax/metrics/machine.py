@@ -189,13 +189,22 @@ def _labels(files) -> dict[str, list[str]]:
           for name, data, where in files}
 
 
+def owners_by_machine(labels_of: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+  """`{machine label: [owner, ...]}` from `{owner: [machine label, ...]}` (an owner is a
+  role of a run, or a run), in first-seen order, each owner once per machine."""
+  owners: dict[str, list[str]] = {}
+  for owner, machines in labels_of.items():
+    for machine in machines:
+      names = owners.setdefault(machine, [])
+      if owner not in names:
+        names.append(owner)
+  return owners
+
+
 def computed_on(labels: Mapping[str, Sequence[str]]) -> str:
   """The report's line: `computed on: <label>` when every role ran on one machine, else
   each machine followed by the roles that ran on it; "" without records."""
-  roles_of: dict[str, list[str]] = {}
-  for role, history in labels.items():
-    for machine in history:
-      roles_of.setdefault(machine, []).append(role)
+  roles_of = owners_by_machine(labels)
   if not roles_of:
     return ""
   if len(roles_of) == 1:

@@ -82,8 +82,7 @@ def run_warm_start(config, paths: RunPaths, spawn) -> dict[str, str]:
   dirs = {role: str(folder / role) for role in parse_mode(config.experiment.mode).agents}
   with file_lock(folder / ".lock"):
     done = folder / _DONE
-    check_or_record(config, folder, built=done.exists()
-                    or any(_agent_summary(folder, role).exists() for role in dirs))
+    check_or_record(config, folder, built=_built(folder, dirs))
     if done.exists():
       log(f"warm start: reusing {folder}")
       return dirs
@@ -104,6 +103,11 @@ def _agent_summary(folder: pathlib.Path, role: str) -> pathlib.Path:
   return folder / f"{role}.json"
 
 
+def _built(folder: pathlib.Path, roles) -> bool:
+  """Whether `folder` holds a warm start, or any of `roles`' part of one."""
+  return (folder / _DONE).exists() or any(_agent_summary(folder, r).exists() for r in roles)
+
+
 def warm_start_agent(config, workdir: str, role: str) -> None:
   """One agent's stage 1 (`--slice=<role> --stage=warm_start`): collects the noisy
   oracles' demonstrations, then the copy curriculum and SFT of `role`'s model; writes
@@ -121,8 +125,7 @@ def warm_start_agent(config, workdir: str, role: str) -> None:
   mode.check_agent(role)
   folder = warm_start_folder(config, paths)
   folder.mkdir(parents=True, exist_ok=True)
-  check_or_record(config, folder, built=(folder / _DONE).exists()
-                  or any(_agent_summary(folder, r).exists() for r in mode.agents))
+  check_or_record(config, folder, built=_built(folder, mode.agents))
   if _agent_summary(folder, role).exists():
     log(f"warm start {role}: reusing {folder / role}")
     return
