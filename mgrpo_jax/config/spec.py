@@ -247,6 +247,11 @@ SPEC: dict[str, Any] = {
         "batch_rows": Field(16, "Sequences per supervised update.", low=1),
         "learning_rate": Field(3e-3, "Peak AdamW learning rate of the warm start.", low=0.0,
                                high=1.0),
+        "schedule": Field("constant", "Learning rate after the warm-up steps: constant, or "
+                          "a cosine decay to 0 over all of the warm start's steps (copy "
+                          "curriculum and SFT together), so the fine-tuned policy ends near "
+                          "the demonstrations' average instead of where its last batches "
+                          "pushed it.", choices=("constant", "cosine")),
         "main_noise_rate": Field(0.6, "Rate of M's (and the single agent's) systematic "
                                  "mistakes in the demonstrations.", low=0.0, high=1.0),
         "sub_noise_rate": Field(0.6, "Rate of S's systematic mistakes in the demonstrations.",

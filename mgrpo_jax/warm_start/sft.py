@@ -75,6 +75,11 @@ def sft_update_config(micro_batch_size: int = 0) -> UpdateConfig:
                       micro_batch_size=micro_batch_size, old_logp="recompute")
 
 
+def sft_steps(num_sequences: int, config: SFTConfig) -> int:
+  """Optimizer steps `sft` takes on `num_sequences` demonstrations: epochs x batches."""
+  return config.epochs * -(-num_sequences // config.batch_rows)
+
+
 def sft_batches(sequences: Sequence[TokenSequence], config: SFTConfig, epoch: int,
                 *, pad_id: int = 0) -> list:
   """The [N, T] `TrainBatch`es of one epoch: a seeded shuffle cut into N-row batches.
@@ -157,7 +162,7 @@ def sft(state: TrainState, layout: StateLayout, sequences: Sequence[TokenSequenc
   update_config = sft_update_config(config.micro_batch_size)
   update = make_update_fn(layout, update_config, config.batch_rows)
   nll = [demonstration_nll(state, layout, sequences, config)]
-  steps, total = 0, config.epochs * -(-len(sequences) // config.batch_rows)
+  steps, total = 0, sft_steps(len(sequences), config)
   for epoch in range(config.epochs):
     for batch in sft_batches(sequences, config, epoch, pad_id=pad_id):
       state, _ = update(state, batch)

@@ -42,7 +42,7 @@ from mgrpo_jax.warm_start.copy_curriculum import (
 from mgrpo_jax.warm_start.demonstration_worlds import demonstration_worlds
 from mgrpo_jax.warm_start.demonstrations import collect_demonstrations
 from mgrpo_jax.warm_start.folder_config import check_or_record
-from mgrpo_jax.warm_start.sft import SFTConfig, sft
+from mgrpo_jax.warm_start.sft import SFTConfig, sft, sft_steps
 
 # Batch lengths T of the SFT (a batch takes the smallest >= its longest row): steps of 32
 # and 64 tokens up to 640, so short demonstrations (the symbolic world's: 60-120 tokens)
@@ -159,15 +159,14 @@ def warm_start_agent(config, workdir: str, role: str) -> None:
         f"and ends its rollout (M's delegations, and with them S's calls, then never "
         f"happen), as do limits.max_turns and limits.max_context too small for a rollout")
   model, role_tokenizer = models[role]
-  optim = OptimizerConfig(learning_rate=float(ws.learning_rate),
-                          weight_decay=SFT_WEIGHT_DECAY, warmup_steps=SFT_WARMUP_STEPS)
-  mesh = create_mesh(MeshConfig.from_config(config[role].mesh))
-  state, layout = create_train_state(model, make_optimizer(optim), mesh,
-                                     seed=agent_setup.derive_seed(seed, "warm_start", role))
   sft_config = SFTConfig(epochs=int(ws.epochs), batch_rows=int(ws.batch_rows),
                          buckets=SFT_BUCKETS, length_groups=SFT_LENGTH_GROUPS,
                          nll_every_epoch=False, nll_sequences=NLL_SEQUENCES,
                          seed=agent_setup.derive_seed(seed, "sft", role))
+  optim = warm_start_optimizer(ws, len(sequences), sft_config)
+  mesh = create_mesh(MeshConfig.from_config(config[role].mesh))
+  state, layout = create_train_state(model, make_optimizer(optim), mesh,
+                                     seed=agent_setup.derive_seed(seed, "warm_start", role))
   pad_id = role_tokenizer.pad_id or 0
   started = time.perf_counter()
   summary: dict[str, Any] = {"demonstrations": len(sequences)}
@@ -183,6 +182,17 @@ def warm_start_agent(config, workdir: str, role: str) -> None:
   log(f"warm start {role}: {len(sequences)} demonstrations, {metrics['steps']} steps, "
       f"NLL {metrics['nll'][0]:.2f} -> {metrics['nll'][-1]:.3f} ({summary['seconds']:.0f} s)")
   atomic_write(_agent_summary(folder, role), json.dumps(summary, indent=1).encode())
+
+
+def warm_start_optimizer(ws, num_sequences: int, sft_config: SFTConfig) -> OptimizerConfig:
+  """The warm start's Adam: `warm_start.learning_rate` after SFT_WARMUP_STEPS, then
+  constant, or (`warm_start.schedule`) cosine-decayed to 0 over all of its steps: the copy curriculum's (`copy_steps + window_copy_steps`) and the
+  SFT's on `num_sequences` demonstrations."""
+  total_steps = (int(ws.copy_steps) + int(ws.window_copy_steps)
+                 + sft_steps(num_sequences, sft_config))
+  return OptimizerConfig(learning_rate=float(ws.learning_rate),
+                         weight_decay=SFT_WEIGHT_DECAY, warmup_steps=SFT_WARMUP_STEPS,
+                         schedule=str(ws.schedule), total_steps=total_steps)
 
 
 def _learn_to_copy(role: str, state, layout, demonstrations, steps: int, window_steps: int,

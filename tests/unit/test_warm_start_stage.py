@@ -1,11 +1,14 @@
-"""A warm start whose limits cut every delegation fails naming the agent and the keys."""
+"""The warm start's stage: a run whose limits cut every delegation fails naming the agent
+and the keys; its optimizer's schedule covers every step."""
 
 from __future__ import annotations
 
 import pytest
 
 from mgrpo_jax.config import apply_overrides, base_config
-from mgrpo_jax.warm_start.stage import warm_start_agent
+from mgrpo_jax.training import learning_rate_schedule
+from mgrpo_jax.warm_start.sft import SFTConfig, sft_steps
+from mgrpo_jax.warm_start.stage import SFT_WARMUP_STEPS, warm_start_agent, warm_start_optimizer
 
 
 def test_a_warm_start_without_demonstrations_names_the_role_and_the_limits(tmp_path):
@@ -19,3 +22,24 @@ def test_a_warm_start_without_demonstrations_names_the_role_and_the_limits(tmp_p
   with pytest.raises(ValueError, match=r"warm start sub: .* 4 questions gave no sub "
                                        r"demonstrations.*max_new_tokens"):
     warm_start_agent(config, str(tmp_path), "sub")
+
+
+@pytest.mark.parametrize("schedule", ["constant", "cosine"])
+def test_the_warm_start_schedule_spans_the_copy_curriculum_and_every_sft_step(schedule):
+  config = base_config()
+  apply_overrides(config, {"warm_start.copy_steps": 200, "warm_start.window_copy_steps": 30,
+                           "warm_start.learning_rate": 3e-3, "warm_start.schedule": schedule})
+  sft_config = SFTConfig(epochs=6, batch_rows=16)
+  optim = warm_start_optimizer(config.warm_start, 2001, sft_config)
+  # 126 batches of 16 rows per epoch (the last one short), six epochs.
+  assert sft_steps(2001, sft_config) == 756
+  assert optim.total_steps == 200 + 30 + 756
+  lr = learning_rate_schedule(optim)
+  assert float(lr(SFT_WARMUP_STEPS)) == pytest.approx(3e-3)
+  last, after_last = float(lr(optim.total_steps - 1)), float(lr(optim.total_steps))
+  if schedule == "constant":
+    assert last == after_last == pytest.approx(3e-3)
+  else:  # halfway down at the middle of the post-warm-up steps, 0 after the last one
+    middle = SFT_WARMUP_STEPS + (optim.total_steps - SFT_WARMUP_STEPS) // 2
+    assert float(lr(middle)) == pytest.approx(1.5e-3, rel=1e-2)
+    assert 0 < last < 1e-7 and after_last == 0.0
