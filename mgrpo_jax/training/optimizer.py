@@ -38,7 +38,7 @@ class OptimizerConfig:
     warmup_steps: steps of linear warm-up from learning_rate / warmup_steps.
     schedule: "constant" or "cosine" after the warm-up.
     total_steps: optimizer steps of the run; the cosine schedule reaches its floor there
-      (required for "cosine").
+      (required for "cosine"; a run of at most warmup_steps ends in the warm-up).
     final_lr_fraction: the cosine floor as a fraction of learning_rate.
   """
 
@@ -69,10 +69,9 @@ class OptimizerConfig:
       raise ValueError(f"optim.warmup_steps must be >= 0, got {self.warmup_steps}")
     if self.schedule not in SCHEDULES:
       raise ValueError(f"optim.schedule must be one of {SCHEDULES}, got {self.schedule!r}")
-    if self.schedule == "cosine" and (self.total_steps is None
-                                      or self.total_steps <= self.warmup_steps):
-      raise ValueError("optim.schedule='cosine' needs total_steps > warmup_steps, got "
-                       f"total_steps={self.total_steps}, warmup_steps={self.warmup_steps}")
+    if self.schedule == "cosine" and (self.total_steps is None or self.total_steps < 1):
+      raise ValueError("optim.schedule='cosine' needs total_steps >= 1 (the run's optimizer "
+                       f"steps), got total_steps={self.total_steps}")
     if not 0.0 <= self.final_lr_fraction <= 1.0:
       raise ValueError(f"optim.final_lr_fraction must be in [0, 1], got "
                        f"{self.final_lr_fraction}")
@@ -100,7 +99,8 @@ def learning_rate_schedule(config: OptimizerConfig) -> optax.Schedule:
   if config.schedule == "constant":
     after = optax.constant_schedule(peak)
   else:
-    after = optax.cosine_decay_schedule(peak, config.total_steps - config.warmup_steps,
+    # A run of no more steps than its warm-up ends inside it (one decay step, never taken).
+    after = optax.cosine_decay_schedule(peak, max(1, config.total_steps - config.warmup_steps),
                                         alpha=config.final_lr_fraction)
   if config.warmup_steps == 0:
     return after

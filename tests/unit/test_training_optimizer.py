@@ -33,6 +33,15 @@ def test_warmup_then_cosine_to_the_floor():
   np.testing.assert_allclose([float(schedule(t)) for t in range(7)], expected, rtol=1e-6)
 
 
+def test_a_run_shorter_than_its_warm_up_ends_in_it():
+  """`--config.experiment.num_steps=1` of a config with 3 warm-up steps and a cosine."""
+  for total in (1, 3):
+    schedule = learning_rate_schedule(OptimizerConfig(learning_rate=0.3, warmup_steps=3,
+                                                      schedule="cosine", total_steps=total))
+    np.testing.assert_allclose([float(schedule(t)) for t in range(total)],
+                               [0.1, 0.2, 0.3][:total], rtol=1e-6)
+
+
 def _params():
   return {"kernel": jnp.full((2, 2), 2.0), "scale": jnp.full((2,), 2.0)}
 
@@ -68,7 +77,9 @@ def test_bad_settings_name_the_field():
   with pytest.raises(ValueError, match="optim.schedule"):
     OptimizerConfig(schedule="linear")
   with pytest.raises(ValueError, match="total_steps"):
-    OptimizerConfig(schedule="cosine", warmup_steps=5, total_steps=5)
+    OptimizerConfig(schedule="cosine", warmup_steps=5, total_steps=0)
+  with pytest.raises(ValueError, match="total_steps"):
+    OptimizerConfig(schedule="cosine", warmup_steps=5)
   with pytest.raises(ValueError, match="optim.b1"):
     OptimizerConfig(b1=1.0)
   with pytest.raises(ValueError, match="mesh.tensor"):
