@@ -9,7 +9,8 @@ systematic (M sends the arithmetic of puzzles and differences to S instead of ca
 0.5; M's third mistake, the second hop's relation re-asked at the third, is off: RL
 did not undo it in 80 steps, docs/RESULTS.md), demonstrate questions about many
 training worlds; two 2-layer, 64-wide agents with smeared keys are fine-tuned on their
-own turns (stage 1); M-GRPO then trains M and S from there (stage 2, B queries x K
+own turns (stage 1, at a rate decaying to 0); M-GRPO then trains M and S from there
+(stage 2, at rates warming up over 3 steps and decaying to 0, B queries x K
 rollouts, D aligned sub-calls, S serving one step stale so that its update overlaps M's
 next rollouts, S at three times M's learning rate); both are evaluated on a held-out
 test world (the same name pool, another random graph) before and after RL, greedy and
@@ -96,8 +97,9 @@ SHORT = {
     "warm_start.num_questions": 1600,
     "warm_start.num_worlds": 160,
     "warm_start.copy_steps": 0,
-    # S without the copy curriculum: at the demo's 3e-3 its look-ups fell in 15 steps
-    # (0.800 -> 0.700 greedy), at 1e-3 they rise (0.800 -> 0.833; docs/RESULTS.md).
+    # S without the copy curriculum: at constant rates, at the demo's 3e-3 its look-ups
+    # fell in 15 steps (0.800 -> 0.700 greedy), at 1e-3 they rose (0.800 -> 0.833;
+    # docs/RESULTS.md).
     "sub.optim.learning_rate": 1e-3,
     "experiment.num_steps": 15,
     "eval.samples": 1,
