@@ -1,6 +1,6 @@
 """The Colab demo notebook, executed headless (nbclient) on its shortened schedule.
 
-`notebooks/mgrpo_demo.ipynb` runs with `MGRPO_NOTEBOOK_QUICK=1` (1 RL step, a small warm
+`notebooks/mgrpo_demo.ipynb` runs with `MGRPO_NOTEBOOK_QUICK=1` (4 RL steps, a small warm
 start and evaluation) from the notebooks/ folder, writing its run under a temporary
 `MGRPO_NOTEBOOK_WORKDIR`. The kernel is a `python3` kernel spec, written to a temporary
 JUPYTER_PATH, that starts this interpreter, so the notebook sees the same installation as
@@ -35,7 +35,7 @@ NOTEBOOK = ROOT / "notebooks" / "mgrpo_demo.ipynb"
 README = ROOT / "README.md"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # The QUICK schedule of the notebook's SCHEDULE cell.
-QUICK_STEPS = 1
+QUICK_STEPS = 4
 QUICK_EVAL_QUESTIONS = 4
 QUICK_EVAL_SAMPLES = 1
 SUMMARY_KEYS = {"num_questions", "num_rollouts", "accuracy", "accuracy_ci95",

@@ -34,7 +34,8 @@ def test_warmup_then_cosine_to_the_floor():
 
 
 def test_a_run_shorter_than_its_warm_up_ends_in_it():
-  """`--config.experiment.num_steps=1` of a config with 3 warm-up steps and a cosine."""
+  """A warm start of fewer optimizer steps than its warm-up (a handful of demonstrations,
+  `warm_start.schedule=cosine`); the RL config's own check refuses such a run by name."""
   for total in (1, 3):
     schedule = learning_rate_schedule(OptimizerConfig(learning_rate=0.3, warmup_steps=3,
                                                       schedule="cosine", total_steps=total))
