@@ -70,9 +70,10 @@ SYMBOLIC = {
 # tool choice as in M. Seed 0's greedy S misreported 16 of 37 `boss` and `maker` look-ups
 # of the held-out evaluation before RL, 12 of 39 after 40 steps at 1e-3, and 8 of 40 at
 # 3e-3, which lifts the chains (docs/RESULTS.md, "Calibrating"). Both rates warm up over
-# 3 steps, then decay as a cosine to 0 at the last step: at a constant rate the held-out
-# curve of a draw went 0.77 / 0.87 / 0.80 / 0.68 at steps 10-40, the last steps' noisy
-# updates undoing what the first had found.
+# 3 steps, then decay as a cosine to 0 at the last step: at a constant rate seed 1's
+# held-out curve went 0.77 / 0.87 / 0.80 / 0.68 at steps 10-40, the last steps' noisy
+# updates undoing what the first had found (docs/RESULTS.md, "Why the learning rates
+# decay").
 for _agent, _turns, _context, _learning_rate in (("main", 5, 160, 1e-3),
                                                   ("sub", 3, 128, 3e-3)):
   SYMBOLIC.update({

@@ -186,8 +186,9 @@ def warm_start_agent(config, workdir: str, role: str) -> None:
 
 def warm_start_optimizer(ws, num_sequences: int, sft_config: SFTConfig) -> OptimizerConfig:
   """The warm start's Adam: `warm_start.learning_rate` after SFT_WARMUP_STEPS, then
-  constant, or (`warm_start.schedule`) cosine-decayed to 0 over all of its steps: the copy curriculum's (`copy_steps + window_copy_steps`) and the
-  SFT's on `num_sequences` demonstrations."""
+  constant, or (`warm_start.schedule`) cosine-decayed to 0 over all of its steps: the
+  copy curriculum's (`copy_steps + window_copy_steps`) and the SFT's on `num_sequences`
+  demonstrations."""
   total_steps = (int(ws.copy_steps) + int(ws.window_copy_steps)
                  + sft_steps(num_sequences, sft_config))
   return OptimizerConfig(learning_rate=float(ws.learning_rate),
