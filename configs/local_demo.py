@@ -17,7 +17,7 @@ test world (the same name pool, another random graph) before and after RL, greed
 sampled, and greedily every `eval.every` RL steps. Outputs under the workdir:
 metrics.jsonl and TensorBoard events per slice, report/rewards.png, report/accuracy.png
 and report/summary.txt (the table printed at the end).
-docs/RESULTS.md has what it measures (about 4 minutes on 2 cores).
+docs/RESULTS.md has what it measures (about 5 minutes on 2 cores).
 
 Preset `short` (`--config=configs/local_demo.py:short`) is the demo in about 3 minutes
 (two question types, a smaller warm start, 15 RL steps): the test that the demo learns.
@@ -73,7 +73,9 @@ SYMBOLIC = {
 # 3 steps, then decay as a cosine to 0 at the last step: at a constant rate seed 1's
 # held-out curve went 0.77 / 0.87 / 0.80 / 0.68 at steps 10-40, the last steps' noisy
 # updates undoing what the first had found (docs/RESULTS.md, "Why the learning rates
-# decay").
+# decay"). RL batches are padded to 40, 80 or the context, whichever holds their longest
+# row (S's reports are at most about 80 tokens, M's rollouts 45-130), not always to the
+# context: 15% less RL time on 2 cores (docs/BENCHMARKS.md, "RL batch lengths").
 for _agent, _turns, _context, _learning_rate in (("main", 5, 160, 1e-3),
                                                   ("sub", 3, 128, 3e-3)):
   SYMBOLIC.update({
@@ -82,6 +84,7 @@ for _agent, _turns, _context, _learning_rate in (("main", 5, 160, 1e-3),
       f"{_agent}.sampling.max_new_tokens": 24,
       f"{_agent}.limits.max_turns": _turns,
       f"{_agent}.limits.max_context": _context,
+      f"{_agent}.limits.shortest_train_length": 40,
       f"{_agent}.optim.learning_rate": _learning_rate,
       f"{_agent}.optim.weight_decay": 0.0,
       f"{_agent}.optim.warmup_steps": 3,

@@ -185,10 +185,11 @@ def _metrics(rho: jax.Array, log_ratio: jax.Array, adv: jax.Array, mask: jax.Arr
              pg: jax.Array, kl_tok: jax.Array | None, w: jax.Array, reduce: Any,
              denominator: jax.Array, clip_low: jax.Array, clip_high: jax.Array,
              clip_ratio_c: jax.Array | None, max_len: int) -> dict[str, jax.Array]:
-  """Diagnostics (no gradient): token means over the masked tokens of this call."""
+  """Diagnostics (no gradient): token means over the masked tokens of this call, each
+  row's tokens counted w_i times (a merged row reports what its w_i copies would)."""
   sg = jax.lax.stop_gradient
   rho, log_ratio, pg = sg(rho), sg(log_ratio), sg(pg)
-  present = mask > 0
+  present = (mask > 0) & (w[:, None] > 0)
   token_sums = {
       "num_tokens": jnp.ones_like(mask),
       "clip_frac_low": (adv < 0) & (rho < 1.0 - clip_low),
@@ -201,7 +202,7 @@ def _metrics(rho: jax.Array, log_ratio: jax.Array, adv: jax.Array, mask: jax.Arr
     token_sums["clip_frac_dual"] = (adv < 0) & (rho > clip_ratio_c)
   if kl_tok is not None:
     token_sums["kl"] = sg(kl_tok)
-  totals, ratio_min, ratio_max = _masked_totals(token_sums, rho, mask, present)
+  totals, ratio_min, ratio_max = _masked_totals(token_sums, rho, mask * w[:, None], present)
   num_tokens = totals.pop("num_tokens")
   any_token = num_tokens > 0
   safe_tokens = jnp.where(any_token, num_tokens, 1.0)
@@ -217,7 +218,8 @@ def _metrics(rho: jax.Array, log_ratio: jax.Array, adv: jax.Array, mask: jax.Arr
 def _masked_totals(token_sums: dict[str, jax.Array], rho: jax.Array, mask: jax.Array,
                    present: jax.Array
                    ) -> tuple[dict[str, jax.Array], jax.Array, jax.Array]:
-  """Masked sums of each [N, T] quantity, and min/max of rho, in one pass over tokens.
+  """Masked sums of each [N, T] quantity (weighted by `mask`), and min/max of rho where
+  `present`, in one pass over tokens.
 
   A variadic reduction over T computes every row total from one read of the inputs
   (separate reductions would each recompute the ratio); the [N] row totals are then

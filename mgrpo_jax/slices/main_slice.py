@@ -268,7 +268,8 @@ def _main_batch(rt: SliceRuntime, step: int, rollouts: _Rollouts,
     sub_step = _shared_sub_step(rollouts, outcome.grid, outcome.reward, rt, step)
     scalars.update(step_math.sub_step_scalars(sub_step))
     scalars["shared/main_tokens"] = float(batch.loss_mask.sum())
-    scalars["shared/sub_tokens"] = float(sub_step.batch.loss_mask.sum())
+    scalars["shared/sub_tokens"] = float(sub_step.batch.loss_mask.sum(axis=1)
+                                         @ sub_step.batch.weights)
     batch = step_math.concat_batches(batch, sub_step.batch, rt.pad_id)
   return batch, scalars
 
@@ -367,4 +368,5 @@ def _shared_sub_step(rollouts, grid, r_main, rt: SliceRuntime, step):
       num_slots=int(config.mgrpo.aligned_sub_calls),
       key=agent_setup.step_key(int(config.experiment.seed), "align", step),
       mode=str(config.mgrpo.alignment), weights=rt.settings.weights,
-      advantage=rt.settings.advantage, pad_id=rt.pad_id, buckets=rt.buckets)
+      advantage=rt.settings.advantage, pad_id=rt.pad_id, buckets=rt.buckets,
+      row_buckets=rt.sub_row_buckets)

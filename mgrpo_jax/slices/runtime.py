@@ -32,7 +32,7 @@ from mgrpo_jax.store.folder import Folder, open_folder
 from mgrpo_jax.store.protocol import Store
 from mgrpo_jax.store.schema import SliceAck
 from mgrpo_jax.training import agent_setup
-from mgrpo_jax.training.batching import TrainBatch
+from mgrpo_jax.training.batching import TrainBatch, row_buckets
 from mgrpo_jax.training.checkpoint import AgentCheckpointer, CheckpointConfig
 from mgrpo_jax.training.data import ensure_world
 from mgrpo_jax.training.optimizer import learning_rate_schedule
@@ -121,6 +121,16 @@ class SliceRuntime:
   def buckets(self) -> tuple[int, ...]:
     """The row lengths T the agent's RL batches are padded to (`train_lengths`)."""
     return train_lengths(self.config[self.role].limits)
+
+  @property
+  def sub_row_buckets(self) -> tuple[int, ...]:
+    """The row counts N of the S batches this agent trains on: a quarter, half, three
+    quarters or all of the Q*K*D slots (`batching.row_buckets`), as multiples of its
+    micro-batch size, so duplicated calls and empty slots cost no rows."""
+    mgrpo = self.config.mgrpo
+    slots = (int(mgrpo.queries_per_step) * int(mgrpo.rollouts_per_query)
+             * int(mgrpo.aligned_sub_calls))
+    return row_buckets(slots, int(self.config[self.role].optim.micro_batch_size) or 1)
 
   def restore(self) -> dict[str, Any] | None:
     """Restores the newest checkpoint into the train state; its metadata, or None."""

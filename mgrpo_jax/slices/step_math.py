@@ -30,6 +30,7 @@ from mgrpo_jax import plugins
 from mgrpo_jax.agents.records import MainRecord, SubRecord, Trajectory
 from mgrpo_jax.core import advantages as advantages_lib
 from mgrpo_jax.core import alignment as alignment_lib
+from mgrpo_jax.sampling.buckets import pick_bucket
 from mgrpo_jax.training.batching import (
   DEFAULT_LENGTH_BUCKETS,
   TokenSequence,
@@ -202,10 +203,13 @@ class SubStep:
   """S's update batch of one step and what to log about it.
 
   Attributes:
-    batch: [Q*K*D, T] rows in (q, k, j) order (aligned) or arrival order (no_alignment).
-    rewards: R_S float32 [Q*K*D] of each row (0 at empty rows).
-    advantages: A_S float32 [Q*K*D] of each row.
-    valid: bool [Q*K*D], rows holding a call.
+    batch: [N, T] rows: one per slot, N = Q*K*D, in (q, k, j) order (aligned) or
+      arrival order (no_alignment); with row buckets, one per distinct call of weight =
+      its slots (aligned) or the arrival rows without the empty ones, N the smallest row
+      bucket that holds them (`batching.aligned_batch`).
+    rewards: R_S float32 [Q*K*D] of each slot (0 at empty slots).
+    advantages: A_S float32 [Q*K*D] of each slot.
+    valid: bool [Q*K*D], slots holding a call.
     num_calls: S calls made in the step.
   """
 
@@ -220,13 +224,15 @@ def aligned_sub_step(records: Mapping[tuple[int, int, int], SubRecord],
                      main_reward: np.ndarray, correct: np.ndarray, counts: np.ndarray, *,
                      num_slots: int, key: jax.Array, mode: str, weights: RewardWeights,
                      advantage: AdvantageConfig, pad_id: int,
-                     buckets: Sequence[int] = DEFAULT_LENGTH_BUCKETS) -> SubStep:
-  """`sub_credit`'s slots packed into S's [Q*K*D, T] batch (arguments: `sub_credit`)."""
+                     buckets: Sequence[int] = DEFAULT_LENGTH_BUCKETS,
+                     row_buckets: Sequence[int] | None = None) -> SubStep:
+  """`sub_credit`'s slots packed into S's batch (arguments: `sub_credit`; `row_buckets`:
+  `batching.aligned_batch`'s)."""
   credit = sub_credit(records, main_reward, correct, counts, num_slots=num_slots, key=key,
                       mode=mode, weights=weights, advantage=advantage)
   sequences = {key_: token_sequence(r.trajectory) for key_, r in records.items()}
   batch = aligned_batch(sequences, credit.index, credit.valid, credit.advantages,
-                        buckets=buckets, pad_id=pad_id)
+                        buckets=buckets, row_buckets=row_buckets, pad_id=pad_id)
   return SubStep(batch, credit.rewards.reshape(-1), credit.advantages.reshape(-1),
                  credit.valid.reshape(-1), len(records))
 
@@ -234,8 +240,10 @@ def aligned_sub_step(records: Mapping[tuple[int, int, int], SubRecord],
 def arrival_sub_step(records_in_arrival_order: Sequence[tuple[tuple[int, int, int], SubRecord]],
                      correct: np.ndarray, *, num_queries: int, group_size: int,
                      weights: RewardWeights, advantage: AdvantageConfig, pad_id: int,
-                     buckets: Sequence[int] = DEFAULT_LENGTH_BUCKETS) -> SubStep:
-  """`no_alignment`: arrival-order rows, groups of `group_size` = K*D consecutive rows."""
+                     buckets: Sequence[int] = DEFAULT_LENGTH_BUCKETS,
+                     row_buckets: Sequence[int] | None = None) -> SubStep:
+  """`no_alignment`: arrival-order rows, groups of `group_size` = K*D consecutive rows
+  (with `row_buckets`, the batch keeps the filled rows only, in a row bucket)."""
   num_rows = num_queries * group_size
   kept = list(records_in_arrival_order)[:num_rows]
   reward_of = sub_rewards(dict(kept), correct, weights)
@@ -248,7 +256,9 @@ def arrival_sub_step(records_in_arrival_order: Sequence[tuple[tuple[int, int, in
                                        std=advantage.std, eps=advantage.eps)
   adv = np.where(valid, np.asarray(adv, np.float32).reshape(-1), 0.0)
   sequences = [token_sequence(r.trajectory) for _, r in kept]
-  batch = pack_sequences(sequences, adv[:len(kept)], num_rows=num_rows, buckets=buckets,
+  batch_rows = num_rows if row_buckets is None else pick_bucket(
+      max(len(kept), 1), row_buckets, "sub-agent calls")
+  batch = pack_sequences(sequences, adv[:len(kept)], num_rows=batch_rows, buckets=buckets,
                          pad_id=pad_id)
   return SubStep(batch, rewards, adv, valid, len(records_in_arrival_order))
 

@@ -204,12 +204,14 @@ def _prepare(rt: SliceRuntime, scoring: _Scoring, step: int,
     return step_math.arrival_sub_step(
         [(k, scored[k]) for k in keys], arrays["correct"], num_queries=len(query_ids),
         group_size=settings.num_rollouts * settings.num_slots, weights=settings.weights,
-        advantage=settings.advantage, pad_id=rt.pad_id, buckets=rt.buckets)
+        advantage=settings.advantage, pad_id=rt.pad_id, buckets=rt.buckets,
+        row_buckets=rt.sub_row_buckets)
   return step_math.aligned_sub_step(
       scored, arrays["main_reward"], arrays["correct"], arrays["num_sub_calls"],
       num_slots=settings.num_slots, key=agent_setup.step_key(settings.seed, "align", step),
       mode=str(rt.config.mgrpo.alignment), weights=settings.weights,
-      advantage=settings.advantage, pad_id=rt.pad_id, buckets=rt.buckets)
+      advantage=settings.advantage, pad_id=rt.pad_id, buckets=rt.buckets,
+      row_buckets=rt.sub_row_buckets)
 
 
 def _train(rt: SliceRuntime, sub_step: step_math.SubStep | None, step: int,

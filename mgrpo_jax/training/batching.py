@@ -21,7 +21,11 @@ padding, and padding has mask 0 and weight 0.
 `mgrpo_jax.core.alignment.align_indices`: slot (q, k, j) of [Q, K, D] holds the S
 trajectory of call index[q, k, j] of rollout (q, k); rows are in (q, k, j) row-major
 order (N = Q * K * D); duplicated calls appear as many times as they were drawn (the
-paper counts them as full samples); invalid slots are empty rows of weight 0.
+paper counts them as full samples); invalid slots are empty rows of weight 0. With
+`row_buckets`, each call drawn w times is one row of weight w instead (the loss weighs a
+row's terms and its count by w_i: the same loss, gradient and metrics,
+`mgrpo_jax.core.losses`), and N is the smallest row bucket that holds the distinct
+calls: about half the rows when M makes one or two calls of D = 3 slots.
 """
 
 from __future__ import annotations
@@ -143,24 +147,37 @@ def pack_sequences(sequences: Sequence[TokenSequence], advantages: Sequence[floa
   return batch
 
 
+def row_buckets(max_rows: int, multiple: int = 1, count: int = 4) -> tuple[int, ...]:
+  """Row counts a compacted batch may take: max_rows * i / count for i = 1..count, each
+  rounded up to a multiple of `multiple` (a micro-batch size dividing max_rows)."""
+  if max_rows < 1 or multiple < 1 or max_rows % multiple:
+    raise ValueError(f"max_rows={max_rows} must be a positive multiple of {multiple}")
+  return tuple(sorted({min(max_rows, -(-(max_rows * i // count or 1) // multiple) * multiple)
+                       for i in range(1, count + 1)}))
+
+
 def aligned_batch(sequences: Mapping[tuple[int, int, int], TokenSequence], index: np.ndarray,
                   valid: np.ndarray, advantages: np.ndarray, *,
                   buckets: Sequence[int] = DEFAULT_LENGTH_BUCKETS,
+                  row_buckets: Sequence[int] | None = None,
                   pad_id: int = 0) -> TrainBatch:
-  """The sub-agent batch [Q*K*D, T] of one step, gathered through the alignment.
+  """The sub-agent batch of one step, gathered through the alignment.
 
   Args:
     sequences: S trajectories keyed (q, k, call): call `call` of rollout k of query q.
     index: int [Q, K, D] from `align_indices`: the call held by each slot.
     valid: bool [Q, K, D]: whether the slot holds a call.
     advantages: float [Q, K, D], A_{q,S} of each slot (`mgrpo_advantages`); ignored at
-      invalid slots.
+      invalid slots. A call's slots share one advantage (one reward, one group).
     buckets: allowed T values.
+    row_buckets: None, or the allowed N values (`row_buckets`) of a merged batch.
     pad_id: token id of padding.
 
   Returns:
-    A `TrainBatch` with N = Q*K*D rows in (q, k, j) order; invalid slots are empty rows
-    with weight 0 and advantage 0.
+    Without `row_buckets`, a `TrainBatch` of N = Q*K*D rows in (q, k, j) order; invalid
+    slots are empty rows with weight 0 and advantage 0. With them, one row per distinct
+    call in the order of its first slot, its weight the number of slots holding it, then
+    empty rows up to N, the smallest row bucket that holds them (module docstring).
   """
   index, valid = np.asarray(index), np.asarray(valid, bool)
   advantages = np.asarray(advantages, np.float32)
@@ -177,6 +194,8 @@ def aligned_batch(sequences: Mapping[tuple[int, int, int], TokenSequence], index
       raise KeyError(f"no sub-agent trajectory for (q, k, call) = {key}, needed by slot "
                      f"(q, k, j) = {(int(q), int(k), int(j))}")
     chosen.append(sequences[key])
+  if row_buckets is not None:
+    return _merged_batch(slots, chosen, index, advantages, row_buckets, buckets, pad_id)
   num_q, num_k, num_d = index.shape
   batch = _empty_batch(num_q * num_k * num_d, _seq_len(chosen, buckets), pad_id)
   for (q, k, j), sequence in zip(slots, chosen, strict=True):
@@ -185,3 +204,28 @@ def aligned_batch(sequences: Mapping[tuple[int, int, int], TokenSequence], index
   batch.advantages[:] = np.where(flat_valid, advantages.reshape(-1), 0.0)
   batch.weights[:] = flat_valid.astype(np.float32)
   return batch
+
+
+def _merged_batch(slots: list, chosen: list[TokenSequence], index: np.ndarray,
+                  advantages: np.ndarray, row_buckets: Sequence[int],
+                  buckets: Sequence[int], pad_id: int) -> TrainBatch:
+  """`aligned_batch` with each call's slots in one row of weight = their count."""
+  rows: dict[tuple[int, int, int], int] = {}
+  sequences, row_advantages, weights = [], [], []
+  for (q, k, j), sequence in zip(slots, chosen, strict=True):
+    call = (int(q), int(k), int(index[q, k, j]))
+    if call in rows:
+      row = rows[call]
+      if advantages[q, k, j] != row_advantages[row]:
+        raise ValueError(f"call (q, k, call) = {call} has advantages {row_advantages[row]} "
+                         f"and {advantages[q, k, j]} in two slots; a call's slots share one")
+      weights[row] += 1.0
+      continue
+    rows[call] = len(sequences)
+    sequences.append(sequence)
+    row_advantages.append(float(advantages[q, k, j]))
+    weights.append(1.0)
+  return pack_sequences(sequences, row_advantages, weights=weights,
+                        num_rows=pick_bucket(max(len(sequences), 1), row_buckets,
+                                             "distinct sub-agent calls"),
+                        buckets=buckets, pad_id=pad_id)

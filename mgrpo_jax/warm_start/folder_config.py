@@ -26,8 +26,9 @@ CONFIG_NAME = "warm_start_config.json"
 # Keys (or groups, ending in ".") the warm start never reads: the run's names and
 # length, RL's batch, advantages, rewards, optimizer and loss, where and how things are
 # stored, served, logged and evaluated, and the checkpoints the RL slices start from
-# (the warm start itself). `mgrpo.max_sub_calls` is read: it bounds the demonstrations'
-# delegations. `experiment.mode` enters as `mode_values`.
+# (the warm start itself), and the lengths RL batches are padded to. `mgrpo.max_sub_calls`
+# is read: it bounds the demonstrations' delegations. `experiment.mode` enters as
+# `mode_values`.
 NOT_WARM_STARTED = (
     "experiment.name", "experiment.run_id", "experiment.mode", "experiment.num_steps",
     "experiment.compilation_cache_dir", "logging.", "eval.", "serving.", "store.",
@@ -36,7 +37,8 @@ NOT_WARM_STARTED = (
     "mgrpo.alignment", "mgrpo.advantage_std", "mgrpo.advantage_eps", "mgrpo.staleness",
     "mgrpo.sub_reward",
     *(f"{role}.{group}" for role in ("main", "sub")
-      for group in ("optim.", "loss.", "mesh.", "sampling.", "model.init_checkpoint")),
+      for group in ("optim.", "loss.", "mesh.", "sampling.", "model.init_checkpoint",
+                    "limits.shortest_train_length")),
 )
 
 

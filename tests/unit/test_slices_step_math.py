@@ -114,6 +114,20 @@ def test_aligned_sub_step_gathers_and_normalizes_per_query(mode):
       assert out.batch.weights[row] == 1.0
     else:
       assert out.batch.weights[row] == 0.0 and out.batch.loss_mask[row].sum() == 0
+  # With row buckets: one row per distinct call, weighted by its slots, same advantages.
+  merged = step_math.aligned_sub_step(indexed, main_reward, correct, counts, num_slots=d,
+                                      key=key, mode=mode, weights=WEIGHTS, advantage=ADV,
+                                      pad_id=0, buckets=(16,), row_buckets=(6, 12, 24))
+  np.testing.assert_array_equal(merged.advantages, out.advantages)
+  slots_of = {}
+  for q, k, j in zip(*np.nonzero(valid), strict=True):
+    slots_of.setdefault((q, k, index[q, k, j]), []).append((q * 3 + k) * d + j)
+  assert merged.batch.shape == (6 if len(slots_of) <= 6 else 12, 16)
+  for row, slot_rows in enumerate(slots_of.values()):
+    np.testing.assert_array_equal(merged.batch.ids[row], out.batch.ids[slot_rows[0]])
+    assert merged.batch.weights[row] == len(slot_rows)
+    assert merged.batch.advantages[row] == out.batch.advantages[slot_rows[0]]
+  assert not merged.batch.weights[len(slots_of):].any()
 
 
 def test_arrival_grouping_is_fifo_in_groups_of_k_times_d():
@@ -133,3 +147,19 @@ def test_arrival_grouping_is_fifo_in_groups_of_k_times_d():
   groups = [_normalize(reference[g:g + 2], np.ones(2, bool)) for g in (0, 2)]
   np.testing.assert_allclose(out.advantages, np.concatenate(groups), atol=1e-5)
   assert out.num_calls == 6 and out.valid.all()
+
+
+def test_arrival_rows_without_the_empty_ones_fill_a_row_bucket():
+  counts = np.array([[1, 0], [2, 0]])
+  ids = ["q0", "q1"]
+  indexed = step_math.index_sub_records(_sub_records(counts, ids), ids, counts)
+  order = sorted(indexed, key=lambda key: (key[2], key[0], key[1]))
+  correct = np.array([[1, 0], [0, 0]], np.float32)
+  full, compact = (step_math.arrival_sub_step(
+      [(k, indexed[k]) for k in order], correct, num_queries=2, group_size=4,
+      weights=WEIGHTS, advantage=ADV, pad_id=0, buckets=(16,), row_buckets=buckets)
+      for buckets in (None, (2, 4, 6, 8)))
+  assert full.batch.shape == (8, 16) and compact.batch.shape == (4, 16)  # 3 calls
+  for name in ("ids", "loss_mask", "old_logp", "advantages", "weights"):
+    np.testing.assert_array_equal(getattr(compact.batch, name), getattr(full.batch, name)[:4])
+  np.testing.assert_array_equal(compact.advantages, full.advantages)

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from mgrpo_jax.core.alignment import align_indices
+from mgrpo_jax.core.losses import AGGREGATIONS, policy_loss
 from mgrpo_jax.training import TokenSequence, aligned_batch, pack_sequences
+from mgrpo_jax.training.batching import row_buckets
 
 BUCKETS = (4, 8, 16, 32)
 
@@ -121,6 +124,81 @@ def test_aligned_batch_counts_duplicates_and_names_missing_calls():
   valid[0, 1, 0] = True
   with pytest.raises(KeyError, match=r"\(0, 1, 0\)"):
     aligned_batch(store, index, valid, np.ones((1, 2, 3)), buckets=(4,))
+
+
+def _slot_store(data, counts):
+  store = {}
+  for q, k in np.ndindex(*counts.shape):
+    for call in range(counts[q, k]):
+      length = data.draw(st.integers(2, 12))
+      mask = np.r_[0.0, data.draw(st.lists(st.sampled_from([0.0, 1.0]), min_size=length - 1,
+                                           max_size=length - 1))].astype(np.float32)
+      store[(q, k, call)] = TokenSequence(
+          ids=np.full(length, 1000 * q + 100 * k + call + 1), loss_mask=mask,
+          logp=np.linspace(-2.0, -0.1, length).astype(np.float32))
+  return store
+
+
+@given(st.data())
+def test_a_merged_batch_has_the_per_slot_batchs_loss_gradient_and_metrics(data):
+  """One row of weight w per call drawn into w slots: the same objective on fewer rows."""
+  num_q, num_k, num_d = (data.draw(st.integers(1, 3)) for _ in range(3))
+  counts = np.array(data.draw(st.lists(st.integers(0, 5), min_size=num_q * num_k,
+                                       max_size=num_q * num_k))).reshape(num_q, num_k)
+  store = _slot_store(data, counts)
+  index, valid = (np.asarray(x) for x in align_indices(
+      counts, num_d, jax.random.key(data.draw(st.integers(0, 2**16)))))
+  # One advantage per call (its slots share a reward and a group), as mgrpo_advantages.
+  call_advantage = {key: np.float32(np.sin(sum(key) + 0.5)) for key in store}
+  advantages = np.zeros(index.shape, np.float32)
+  for q, k, j in zip(*np.nonzero(valid), strict=True):
+    advantages[q, k, j] = call_advantage[(q, k, int(index[q, k, j]))]
+  slots = aligned_batch(store, index, valid, advantages, buckets=BUCKETS)
+  buckets = row_buckets(num_q * num_k * num_d)
+  merged = aligned_batch(store, index, valid, advantages, buckets=BUCKETS,
+                         row_buckets=buckets)
+  distinct = {(q, k, int(index[q, k, j])) for q, k, j in zip(*np.nonzero(valid), strict=True)}
+  assert merged.shape[0] == min(b for b in buckets if b >= max(len(distinct), 1))
+  assert merged.weights.sum() == slots.weights.sum() == valid.sum()
+  assert np.count_nonzero(merged.weights) == len(distinct)
+  aggregation = data.draw(st.sampled_from(sorted(AGGREGATIONS.names())))
+
+  def objective(batch, shift):
+    logp = jnp.where(batch.loss_mask > 0, batch.old_logp + shift * jnp.cos(batch.ids), 0.0)
+    return policy_loss(logp, batch.old_logp, batch.advantages, batch.loss_mask,
+                       weights=batch.weights, aggregation=aggregation)
+
+  for shift in (0.0, 0.3):
+    (loss_slots, metrics_slots), grad_slots = jax.value_and_grad(
+        objective, argnums=1, has_aux=True)(slots, shift)
+    (loss_merged, metrics_merged), grad_merged = jax.value_and_grad(
+        objective, argnums=1, has_aux=True)(merged, shift)
+    np.testing.assert_allclose(loss_merged, loss_slots, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(grad_merged, grad_slots, rtol=1e-5, atol=1e-6)
+    for name, value in metrics_slots.items():
+      np.testing.assert_allclose(metrics_merged[name], value, rtol=1e-5, atol=1e-6,
+                                 err_msg=name)
+
+
+def test_a_merged_batch_rejects_two_advantages_for_one_call():
+  store = {(0, 0, 0): TokenSequence(ids=np.array([5, 6]), loss_mask=np.array([0, 1]),
+                                    logp=np.array([0.0, -1.0]))}
+  index = np.zeros((1, 1, 2), np.int32)
+  valid = np.ones((1, 1, 2), bool)
+  merged = aligned_batch(store, index, valid, np.ones((1, 1, 2)), buckets=(4,),
+                         row_buckets=(1, 2))
+  assert merged.shape == (1, 4) and merged.weights.tolist() == [2.0]
+  with pytest.raises(ValueError, match=r"call \(q, k, call\) = \(0, 0, 0\) has advantages"):
+    aligned_batch(store, index, valid, np.array([[[1.0, 2.0]]]), buckets=(4,),
+                  row_buckets=(1, 2))
+
+
+def test_row_buckets_are_quarters_in_multiples_of_the_micro_batch():
+  assert row_buckets(192) == (48, 96, 144, 192)
+  assert row_buckets(24, 8) == (8, 16, 24)
+  assert row_buckets(2) == (1, 2)
+  with pytest.raises(ValueError, match="max_rows=20 must be a positive multiple of 8"):
+    row_buckets(20, 8)
 
 
 def test_bad_trajectories_are_rejected():

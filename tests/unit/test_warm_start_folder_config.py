@@ -31,7 +31,8 @@ def test_rl_keys_are_not_recorded_and_the_warm_start_s_inputs_are():
   values = defining_values(base_config())
   for key in ("experiment.num_steps", "experiment.run_id", "mgrpo.queries_per_step",
               "main.optim.learning_rate", "sub.loss.clip_low", "eval.num_questions",
-              "warm_start.dir", "main.model.init_checkpoint", "main.sampling.temperature"):
+              "warm_start.dir", "main.model.init_checkpoint", "main.sampling.temperature",
+              "sub.limits.shortest_train_length"):
     assert key not in values, key
   for key in ("experiment.seed", "world.test_seed", "warm_start.num_questions",
               "main.model.preset", "sub.limits.max_context", "mgrpo.max_sub_calls",
