@@ -74,8 +74,8 @@ SYMBOLIC = {
 # held-out curve went 0.77 / 0.87 / 0.80 / 0.68 at steps 10-40, the last steps' noisy
 # updates undoing what the first had found (docs/RESULTS.md, "Why the learning rates
 # decay"). RL batches are padded to 40, 80 or the context, whichever holds their longest
-# row (S's reports are at most about 80 tokens, M's rollouts 45-130), not always to the
-# context: 15% less RL time on 2 cores (docs/BENCHMARKS.md, "RL batch lengths").
+# row (S's calls are at most about 80 tokens, M's rollouts 45-130), not always to the
+# context (docs/BENCHMARKS.md, "Sub-agent update batch").
 for _agent, _turns, _context, _learning_rate in (("main", 5, 160, 1e-3),
                                                   ("sub", 3, 128, 3e-3)):
   SYMBOLIC.update({

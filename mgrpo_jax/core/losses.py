@@ -1,8 +1,9 @@
 """Clipped policy-gradient objective of M-GRPO for one agent (paper Eq. 14-19).
 
 Each agent minimizes -J(theta) of its own batch (Eq. 18-19: M and S are optimized
-separately): N sequences (M: N = Q*K, S: N = Q*K*D aligned slots, duplicates included)
-with per-sequence advantages A [N] broadcast to every action token (Eq. 10, 13).
+separately): N sequences (M: N = Q*K; S: the Q*K*D aligned slots, duplicates included,
+each distinct call one row weighted by its slots) with per-sequence advantages A [N]
+broadcast to every action token (Eq. 10, 13).
 
 Per token t of sequence i, with rho the likelihood ratio pi_theta / pi_old:
   l_{i,t} = max(-A_i * rho, -A_i * clip(rho, 1 - clip_low, 1 + clip_high))
