@@ -30,7 +30,9 @@ Metrics (float32 scalars): loss, pg_loss, grad_norm (before clipping), learning_
 diagnostics (clip_frac_low, clip_frac_high, approx_kl, ratio_mean/min/max, kl with a
 reference, clip_frac_dual) as token means over the whole batch, and the sampler/trainer
 mismatch: logp_diff_mean, logp_diff_max = mean / max over loss tokens of
-|logp_sampler - logp_trainer| (the trainer's log-probs at the pre-update params).
+|logp_sampler - logp_trainer| (the trainer's log-probs at the pre-update params). Token
+means and num_tokens count each row's tokens w_i times (its weight: a merged row of the
+sub-agent's batch stands for w_i slots), and rows of weight 0 not at all.
 """
 
 from __future__ import annotations
@@ -212,12 +214,14 @@ def _micro_batches(batch: TrainBatch, micro_batch_size: int, layout: StateLayout
   return jax.tree.map(split, batch)
 
 
-def _mismatch_sums(logp: jax.Array, sampler_logp: jax.Array, mask: jax.Array
-                   ) -> dict[str, jax.Array]:
-  """|logp_sampler - logp_trainer| over loss tokens: sum and max."""
-  present = mask > 0
+def _mismatch_sums(logp: jax.Array, sampler_logp: jax.Array, mask: jax.Array,
+                   weights: jax.Array) -> dict[str, jax.Array]:
+  """|logp_sampler - logp_trainer| over loss tokens, each row's counted w_i times (as the
+  loss's token metrics): weighted sum, and max over rows of weight > 0."""
+  present = (mask > 0) & (weights[:, None] > 0)
   diff = jnp.where(present, jnp.abs(jax.lax.stop_gradient(logp) - sampler_logp), 0.0)
-  return {"logp_diff_mean": jnp.sum(diff * mask), "logp_diff_max": jnp.max(diff)}
+  return {"logp_diff_mean": jnp.sum(diff * mask * weights[:, None]),
+          "logp_diff_max": jnp.max(diff)}
 
 
 def _combine(total: dict[str, jax.Array], part: dict[str, jax.Array]
@@ -290,7 +294,8 @@ def _loss_fn(layout: StateLayout, config: UpdateConfig, normalizer: jax.Array,
         kl_estimator=loss_config.kl_estimator, weights=batch.weights,
         clip_ratio_c=loss_config.clip_ratio_c, normalizer=normalizer, max_len=max_len)
     metrics = dict(metrics, loss=loss,
-                   **_mismatch_sums(logp, batch.old_logp, batch.loss_mask))
+                   **_mismatch_sums(logp, batch.old_logp, batch.loss_mask,
+                                    jnp.asarray(batch.weights, jnp.float32)))
     return loss, _weighted(metrics)
 
   return loss_fn

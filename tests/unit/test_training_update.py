@@ -105,10 +105,13 @@ def test_metrics_match_an_independent_computation(setup):
   _, want = policy_loss(logp, batch.old_logp, batch.advantages, batch.loss_mask,
                         weights=batch.weights)
   state, metrics = full(_fresh(layout, host), batch)
-  on = batch.loss_mask > 0
-  diff = np.abs(logp - batch.old_logp)[on]
-  np.testing.assert_allclose(metrics["logp_diff_mean"], diff.mean(), rtol=1e-5)
-  np.testing.assert_allclose(metrics["logp_diff_max"], diff.max(), rtol=1e-5)
+  # Token means count a row's tokens w_i times (weight 2: twice; weight 0: not at all).
+  token_weight = (batch.loss_mask > 0) * batch.weights[:, None]
+  diff = np.abs(logp - batch.old_logp)
+  np.testing.assert_allclose(metrics["logp_diff_mean"],
+                             (diff * token_weight).sum() / token_weight.sum(), rtol=1e-5)
+  np.testing.assert_allclose(metrics["logp_diff_max"], diff[token_weight > 0].max(), rtol=1e-5)
+  np.testing.assert_allclose(metrics["num_tokens"], token_weight.sum(), rtol=1e-6)
   for name in ("pg_loss", "ratio_mean", "ratio_max", "ratio_min", "clip_frac_low",
                "clip_frac_high", "approx_kl", "num_tokens"):
     np.testing.assert_allclose(metrics[name], want[name], rtol=1e-5, err_msg=name)
