@@ -127,9 +127,8 @@ class SliceRuntime:
     """The row counts N of the S batches this agent trains on: a quarter, half, three
     quarters or all of the Q*K*D slots (`batching.row_buckets`), as multiples of its
     micro-batch size, so duplicated calls and empty slots cost no rows."""
-    mgrpo = self.config.mgrpo
-    slots = (int(mgrpo.queries_per_step) * int(mgrpo.rollouts_per_query)
-             * int(mgrpo.aligned_sub_calls))
+    settings = self.settings
+    slots = settings.num_queries * settings.num_rollouts * settings.num_slots
     return row_buckets(slots, int(self.config[self.role].optim.micro_batch_size) or 1)
 
   def restore(self) -> dict[str, Any] | None:
