@@ -167,8 +167,9 @@ def _check_agent(role: str, agent: Mapping[str, Any], num_steps: int, rows: int)
     if optim[beta] >= 1.0:
       _fail(f"{role}.optim.{beta}", f"AdamW's beta must be < 1, got {optim[beta]}")
   if optim["schedule"] == "cosine" and num_steps <= optim["warmup_steps"]:
-    _fail(f"{role}.optim.warmup_steps", f"the cosine schedule needs experiment.num_steps = "
-          f"{num_steps} > warmup_steps, got {optim['warmup_steps']}")
+    _fail(f"{role}.optim.warmup_steps", f"an RL run of experiment.num_steps = {num_steps} "
+          f"would end inside the warm-up and never reach the cosine decay; must be < "
+          f"{num_steps}, got {optim['warmup_steps']}")
   if optim["iterations"] > 1 and loss["old_logp"] != "sampler":
     _fail(f"{role}.optim.iterations", f"several steps per batch need {role}.loss.old_logp="
           f"'sampler' (a recomputed pi_old would move with every step), got "

@@ -203,8 +203,8 @@ def test_nan_and_inf_are_rejected_naming_the_key(key, value, message):
      r"machines, .* set serving\.token_env"),
     ({"serving.host": "sub-host.internal"}, r"'serving\.host'.*serving\.token_env"),
     ({"main.optim.schedule": "cosine", "main.optim.warmup_steps": 10},
-     r"'main\.optim\.warmup_steps': the cosine schedule needs experiment\.num_steps = 10 > "
-     "warmup_steps, got 10"),
+     r"'main\.optim\.warmup_steps': an RL run of experiment\.num_steps = 10 would end inside "
+     r"the warm-up and never reach the cosine decay; must be < 10, got 10"),
     ({"main.optim.micro_batch_size": 3},
      r"'main\.optim\.micro_batch_size': must divide the main agent's batch rows 16"),
     ({"sub.optim.micro_batch_size": 96},
