@@ -173,3 +173,58 @@ def test_several_worlds_need_generated_questions():
                            "world.source_path": "q.jsonl"})
   with pytest.raises(ConfigError, match="world.train_worlds"):
     validate(config)
+
+
+def test_a_slow_world_open_does_not_hold_up_another_worlds():
+  slow_started, other_started = threading.Event(), threading.Event()
+  saw_other = []
+
+  def open_world(world):
+    if world == 0:  # waits for world 1's open, which must not wait for this one
+      slow_started.set()
+      saw_other.append(other_started.wait(timeout=10))
+    else:
+      other_started.set()
+    return ToolRegistry()
+
+  routed = TaskRoutedRegistry({"a": 0, "b": 1}, open_world)
+  slow = threading.Thread(target=routed.for_task, args=("a",))
+  slow.start()
+  assert slow_started.wait(timeout=10)
+  routed.for_task("b")
+  slow.join()
+  assert saw_other == [True]
+
+
+def test_threads_waiting_on_a_failed_open_get_its_error_and_a_later_ask_opens_again():
+  calls, asked, lock = [], [], threading.Lock()
+  everyone_asked = threading.Event()
+
+  def open_world(world):
+    calls.append(world)
+    if len(calls) == 1:
+      everyone_asked.wait(timeout=10)
+      time.sleep(0.2)  # the others, past their count, reach the wait for this open
+      raise OSError("index locked")
+    return ToolRegistry()
+
+  routed = TaskRoutedRegistry({"a": 0}, open_world)
+  errors = []
+
+  def ask():
+    with lock:
+      asked.append(1)
+      if len(asked) == 4:
+        everyone_asked.set()
+    try:
+      routed.for_task("a")
+    except OSError as exc:
+      errors.append(str(exc))
+
+  threads = [threading.Thread(target=ask) for _ in range(4)]
+  for thread in threads:
+    thread.start()
+  for thread in threads:
+    thread.join()
+  assert calls == [0] and errors == ["index locked"] * 4
+  assert isinstance(routed.for_task("a"), ToolRegistry) and calls == [0, 0]

@@ -9,6 +9,7 @@ Each result carries the call's wall-clock latency (`latency_s`) for trajectory l
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import dataclasses
 import json
 import threading
@@ -212,17 +213,45 @@ class TaskRoutedRegistry:
     self._max_open = max_open
     self._opened: collections.OrderedDict[Any, ToolRegistry] = collections.OrderedDict()
     self._lock = threading.Lock()
+    self._opening: dict[Any, concurrent.futures.Future] = {}  # worlds being opened
 
   def for_task(self, task_id: str) -> ToolRegistry:
-    """Task `task_id`'s world's registry; a KeyError naming the id for an unknown task."""
+    """Task `task_id`'s world's registry; a KeyError naming the id for an unknown task.
+
+    The lock guards only the bookkeeping: a world is opened outside it, by the first
+    thread that asks, while the threads asking for the same world wait for that open
+    (and get its error, if it fails) and threads asking for other worlds go on.
+    """
     if task_id not in self._world_of:
       raise KeyError(f"no training world holds task {task_id!r}")
     world = self._world_of[task_id]
     with self._lock:
       registry = self._opened.pop(world, None)
-      if registry is None:
-        registry = self._open_world(world)
-      self._opened[world] = registry  # the most recently used last
-      while len(self._opened) > self._max_open:
-        self._opened.popitem(last=False)
-      return registry
+      if registry is not None:
+        self._keep(world, registry)
+        return registry
+      opening = self._opening.get(world)
+      first = opening is None
+      if first:
+        opening = self._opening[world] = concurrent.futures.Future()
+    if not first:
+      return opening.result()
+    try:
+      registry = self._open_world(world)
+    except BaseException as exc:
+      with self._lock:
+        del self._opening[world]
+      opening.set_exception(exc)
+      raise
+    with self._lock:
+      del self._opening[world]
+      self._keep(world, registry)
+    opening.set_result(registry)
+    return registry
+
+  def _keep(self, world: Any, registry: ToolRegistry) -> None:
+    """Marks `world` the most recently used; drops the least recently used past
+    `max_open`. Called with the lock held."""
+    self._opened[world] = registry
+    while len(self._opened) > self._max_open:
+      self._opened.popitem(last=False)
