@@ -65,8 +65,7 @@ class GGUFVocab:
 
 
 def _field(reader, key: str):
-  field = reader.fields.get(key)
-  return None if field is None else field.contents()
+  return reader.metadata.get(key)
 
 
 def read_gguf_vocab(path: str | os.PathLike) -> GGUFVocab:
@@ -80,18 +79,18 @@ def read_gguf_vocab(path: str | os.PathLike) -> GGUFVocab:
   path = pathlib.Path(path)
   if not path.is_file():
     raise FileNotFoundError(f"GGUF tokenizer file not found: {path}")
-  import gguf  # Imported here: only GGUF parsing needs it, and it is slow to import.
+  # Imported here: only GGUF parsing needs it, and `gguf` is slow to import.
+  from mgrpo_jax.utils.gguf_file import GGUFFormatError, read_gguf
   try:
-    reader = gguf.GGUFReader(path)
-  except Exception as e:  # gguf raises ValueError, struct/numpy errors on bad bytes.
-    raise TokenizerFileError(
-        f"{path} is not a readable GGUF file (truncated or corrupt?): "
-        f"{type(e).__name__}: {e}") from e
+    reader = read_gguf(path)
+  except GGUFFormatError as e:
+    raise TokenizerFileError(f"{path} is not a readable GGUF file: {e.detail}") from e
   return vocab_from_reader(reader, source=str(path))
 
 
 def vocab_from_reader(reader, *, source: str) -> GGUFVocab:
-  """The tokenizer fields of an open `gguf.GGUFReader` (`source` names it in errors)."""
+  """The tokenizer fields of a parsed `utils.gguf_file.GGUFFile` (`source` names it in
+  errors)."""
   model = _field(reader, "tokenizer.ggml.model")
   tokens = _field(reader, "tokenizer.ggml.tokens")
   if model is None or tokens is None:
@@ -167,12 +166,13 @@ class GGUFTokenizer(SpecialIdsMixin):
 
   @classmethod
   def from_gguf(cls, path: str | os.PathLike) -> GGUFTokenizer:
-    """Builds the tokenizer from a GGUF file's metadata (seconds: string parsing)."""
+    """Builds the tokenizer from a GGUF file's metadata."""
     return cls.from_vocab(read_gguf_vocab(path))
 
   @classmethod
   def from_reader(cls, reader, *, source: str) -> GGUFTokenizer:
-    """Builds the tokenizer from an already open `gguf.GGUFReader` (no second parse)."""
+    """Builds the tokenizer from an already parsed `utils.gguf_file.GGUFFile` (no second
+    parse)."""
     return cls.from_vocab(vocab_from_reader(reader, source=source))
 
   @classmethod

@@ -110,3 +110,18 @@ def test_chunked_logprobs_equal_the_full_logits(smollm2, chunk):
   np.testing.assert_allclose(got[:, 1:], want, atol=1e-5, rtol=0)
   generated = got[0, width - len(chat["generated_ids"]):]
   np.testing.assert_allclose(generated, chat["generated_logprobs"], atol=1e-3)
+
+
+def test_read_gguf_gives_what_gguf_reader_gives_on_the_real_file(smollm2_gguf):
+  import gguf
+
+  from mgrpo_jax.utils.gguf_file import read_gguf
+
+  parsed, reference = read_gguf(smollm2_gguf), gguf.GGUFReader(smollm2_gguf)
+  assert parsed.metadata == {k: v.contents() for k, v in reference.fields.items()
+                             if not k.startswith("GGUF.")}
+  assert len(parsed.metadata["tokenizer.ggml.tokens"]) == 49152
+  assert [(t.name, t.tensor_type, t.offset) for t in parsed.tensors] == [
+      (t.name, t.tensor_type, t.data_offset) for t in reference.tensors]
+  for ours, theirs in zip(parsed.tensors, reference.tensors, strict=True):
+    np.testing.assert_array_equal(ours.data, theirs.data)

@@ -11,6 +11,7 @@ from tokenizers import pre_tokenizers
 
 from mgrpo_jax.text import GGUFTokenizer, Tokenizer, TokenizerFileError, UnknownTokenError
 from mgrpo_jax.text.gguf_bpe import read_gguf_vocab
+from mgrpo_jax.utils.gguf_file import read_gguf
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 MERGES = [("h", "e"), ("l", "l"), ("he", "ll"), ("hell", "o"), ("Ġ", "w"), ("o", "r"),
@@ -94,7 +95,7 @@ def test_vocab_fields(gguf_path):
 
 def test_save_load_and_from_reader_agree(tok, gguf_path, tmp_path):
   loaded = GGUFTokenizer.load(tok.save(tmp_path / "saved"))
-  from_reader = GGUFTokenizer.from_reader(gguf.GGUFReader(gguf_path), source=str(gguf_path))
+  from_reader = GGUFTokenizer.from_reader(read_gguf(gguf_path), source=str(gguf_path))
   texts = ["hello world", "<|im_start|>a\n<|im_end|>", "日本 🍕\t\n", ""]
   for other in (loaded, from_reader):
     assert [other.encode(t) for t in texts] == [tok.encode(t) for t in texts]

@@ -18,12 +18,12 @@ import pathlib
 from typing import Any
 
 import numpy as np
-from gguf import GGUFReader
 from gguf.quants import dequantize
 
 from mgrpo_jax.models.config import ModelConfig
 from mgrpo_jax.models.transformer import Transformer
 from mgrpo_jax.models.weights.hf_layout import WeightFileError, model_from_hf_tensors
+from mgrpo_jax.utils.gguf_file import GGUFFile, GGUFFormatError, read_gguf
 
 _SUPPORTED_ARCHS = ("llama", "qwen2")
 _GLOBAL_NAMES = {
@@ -48,32 +48,28 @@ _BLOCK_NAMES = {
 _REQUIRED = object()
 
 
-def open_gguf(path: str | pathlib.Path) -> GGUFReader:
-  """A `GGUFReader` for `path`; a missing or unparsable file raises `WeightFileError`."""
+def open_gguf(path: str | pathlib.Path) -> GGUFFile:
+  """`path` parsed (`utils.gguf_file.read_gguf`); a missing, unparsable or truncated file
+  raises `WeightFileError`."""
   path = pathlib.Path(path)
   if not path.is_file():
     raise WeightFileError(f"{path}: GGUF file not found")
   try:
-    reader = GGUFReader(path)
-  except Exception as e:  # the reader raises ValueError, struct.error, IndexError, ...
-    raise WeightFileError(f"{path}: not a readable GGUF file ({type(e).__name__}: {e})") from e
-  for t in reader.tensors:
-    if t.data.nbytes != int(t.n_bytes):
-      raise WeightFileError(f"{path}: tensor {t.name!r} is truncated ({t.data.nbytes} of "
-                            f"{int(t.n_bytes)} bytes): the file is incomplete or corrupt")
-  return reader
+    return read_gguf(path)
+  except GGUFFormatError as e:
+    raise WeightFileError(f"{path}: not a readable GGUF file: {e.detail}") from e
 
 
-def _field(reader: GGUFReader, key: str, source: str, default: Any = _REQUIRED) -> Any:
-  field = reader.fields.get(key)
-  if field is None:
+def _field(reader: GGUFFile, key: str, source: str, default: Any = _REQUIRED) -> Any:
+  value = reader.metadata.get(key)
+  if value is None:
     if default is _REQUIRED:
       raise WeightFileError(f"{source}: metadata key {key!r} is missing")
     return default
-  return field.contents()
+  return value
 
 
-def gguf_config(reader: GGUFReader, source: str, **overrides: Any) -> ModelConfig:
+def gguf_config(reader: GGUFFile, source: str, **overrides: Any) -> ModelConfig:
   """The `ModelConfig` described by the file's metadata (plus `overrides`)."""
   arch = _field(reader, "general.architecture", source)
   if arch not in _SUPPORTED_ARCHS:
@@ -87,11 +83,11 @@ def gguf_config(reader: GGUFReader, source: str, **overrides: Any) -> ModelConfi
   heads = int(_field(reader, f"{arch}.attention.head_count", source))
   vocab = _field(reader, f"{arch}.vocab_size", source, None)
   if vocab is None:
-    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    tokens = reader.metadata.get("tokenizer.ggml.tokens")
     if tokens is None:
       raise WeightFileError(f"{source}: neither '{arch}.vocab_size' nor "
                             "'tokenizer.ggml.tokens' gives the vocabulary size")
-    vocab = len(tokens.data)
+    vocab = len(tokens)
   fields = dict(
       vocab_size=int(vocab), hidden_size=hidden,
       num_layers=int(_field(reader, f"{arch}.block_count", source)), num_heads=heads,
@@ -123,7 +119,7 @@ def _hf_name(gguf_name: str) -> str | None:
   return None
 
 
-def read_gguf_tensors(reader: GGUFReader, config: ModelConfig, source: str,
+def read_gguf_tensors(reader: GGUFFile, config: ModelConfig, source: str,
                       arch: str) -> tuple[dict[str, np.ndarray], dict[str, str]]:
   """Dequantized float32 tensors in HF layout, and HF name -> GGUF name."""
   tensors, display = {}, {}
@@ -132,7 +128,7 @@ def read_gguf_tensors(reader: GGUFReader, config: ModelConfig, source: str,
     if hf_name is None:
       raise WeightFileError(f"{source}: unexpected tensor {t.name!r}")
     try:
-      array = dequantize(t.data, t.tensor_type).reshape(tuple(reversed(t.shape.tolist())))
+      array = dequantize(t.data, t.tensor_type).reshape(tuple(reversed(t.shape)))
     except (ValueError, NotImplementedError) as e:
       raise WeightFileError(f"{source}: cannot dequantize tensor {t.name!r} "
                             f"({t.tensor_type.name}): {e}") from e
@@ -147,7 +143,7 @@ def read_gguf_tensors(reader: GGUFReader, config: ModelConfig, source: str,
   return tensors, display
 
 
-def model_from_gguf_reader(reader: GGUFReader, source: str, **overrides: Any) -> Transformer:
+def model_from_gguf_reader(reader: GGUFFile, source: str, **overrides: Any) -> Transformer:
   """A `Transformer` from an open GGUF file (share the reader with the tokenizer)."""
   config = gguf_config(reader, source, **overrides)
   arch = _field(reader, "general.architecture", source)
