@@ -22,6 +22,7 @@ array item being read.
 from __future__ import annotations
 
 import dataclasses
+import math
 import mmap
 import os
 import pathlib
@@ -212,7 +213,7 @@ def _view(buf, data_start: int, entry, source: str) -> GGUFTensor:
     raise GGUFFormatError(source, f"byte {at}: tensor {name!r} has unknown ggml type "
                           f"{raw_type}") from None
   block, type_size = GGML_QUANT_SIZES[tensor_type]
-  n_elements = int(np.prod(dims, dtype=np.int64)) if dims else 1
+  n_elements = math.prod(dims)  # Python ints: a corrupt dim cannot overflow
   if n_elements % block:
     raise GGUFFormatError(source, f"tensor {name!r} of shape {dims} does not fill whole "
                           f"{tensor_type.name} blocks of {block}")

@@ -166,3 +166,13 @@ def test_bad_headers_are_named(tmp_path):
     read_gguf(empty)
   with pytest.raises(FileNotFoundError, match="absent.gguf"):
     read_gguf(tmp_path / "absent.gguf")
+
+
+def test_a_tensor_larger_than_the_file_is_named(tmp_path):
+  path = write(tmp_path / "big.gguf", tensors=[("w", np.zeros((2, 3), np.float32))])
+  dims_at = HEADER_BYTES + 8 + len("general.architecture") + 4 + 8 + len("llama")
+  dims_at += 8 + len("w") + 4  # the tensor's name and rank
+  size = (2**64 - 1) * 2 * 4  # ne0 patched, ne1 = 2, float32
+  with pytest.raises(GGUFFormatError, match=rf"big\.gguf: tensor 'w' is truncated \(32 of "
+                     rf"{size} bytes at byte 128\)"):
+    read_gguf(_patched(path, dims_at, "<Q", 2**64 - 1))
