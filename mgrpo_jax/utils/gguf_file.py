@@ -214,9 +214,9 @@ def _view(buf, data_start: int, entry, source: str) -> GGUFTensor:
                           f"{raw_type}") from None
   block, type_size = GGML_QUANT_SIZES[tensor_type]
   n_elements = math.prod(dims)  # Python ints: a corrupt dim cannot overflow
-  if n_elements % block:
-    raise GGUFFormatError(source, f"tensor {name!r} of shape {dims} does not fill whole "
-                          f"{tensor_type.name} blocks of {block}")
+  if (dims[0] if dims else 1) % block:
+    raise GGUFFormatError(source, f"tensor {name!r} of shape {dims}: its innermost dim is "
+                          f"not a whole number of {tensor_type.name} blocks of {block}")
   n_bytes = n_elements // block * type_size
   start = data_start + offset
   if start + n_bytes > len(buf):

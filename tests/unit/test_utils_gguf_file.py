@@ -168,7 +168,7 @@ def test_bad_headers_are_named(tmp_path):
     read_gguf(tmp_path / "absent.gguf")
 
 
-def test_a_tensor_larger_than_the_file_is_named(tmp_path):
+def test_a_tensor_past_the_files_end_or_of_partial_blocks_is_named(tmp_path):
   path = write(tmp_path / "big.gguf", tensors=[("w", np.zeros((2, 3), np.float32))])
   dims_at = HEADER_BYTES + 8 + len("general.architecture") + 4 + 8 + len("llama")
   dims_at += 8 + len("w") + 4  # the tensor's name and rank
@@ -176,3 +176,9 @@ def test_a_tensor_larger_than_the_file_is_named(tmp_path):
   with pytest.raises(GGUFFormatError, match=rf"big\.gguf: tensor 'w' is truncated \(32 of "
                      rf"{size} bytes at byte 128\)"):
     read_gguf(_patched(path, dims_at, "<Q", 2**64 - 1))
+  quantized = write(tmp_path / "q.gguf", tensors=[(
+      "q", gguf.quants.quantize(np.zeros((2, 64), np.float32), GGMLQuantizationType.Q8_0),
+      GGMLQuantizationType.Q8_0)])
+  with pytest.raises(GGUFFormatError, match=r"q\.gguf: tensor 'q' of shape \(48, 2\): its "
+                     r"innermost dim is not a whole number of Q8_0 blocks of 32"):
+    read_gguf(_patched(quantized, dims_at, "<Q", 48))  # 48 x 2 = 96 elements, 3 blocks in all
