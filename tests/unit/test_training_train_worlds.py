@@ -204,7 +204,7 @@ def test_threads_waiting_on_a_failed_open_get_its_error_and_a_later_ask_opens_ag
     calls.append(world)
     if len(calls) == 1:
       everyone_asked.wait(timeout=10)
-      time.sleep(0.2)  # the others, past their count, reach the wait for this open
+      time.sleep(0.5)  # the others, past their count, reach the wait for this open
       raise OSError("index locked")
     return ToolRegistry()
 
