@@ -40,8 +40,15 @@ class MetricsWriter:
     self._tb = SummaryWriter(str(self.logdir / "tensorboard")) if tensorboard else None
     self._wandb = wandb_run
 
-  def write(self, step: int, scalars: Mapping[str, float]) -> None:
-    """Records `scalars` for `step`. Values must be finite-or-nan real numbers."""
+  def write(self, step: int, scalars: Mapping[str, float], *, provisional: bool = False
+            ) -> None:
+    """Records `scalars` for `step`. Values must be finite-or-nan real numbers.
+
+    `provisional`: the line goes to metrics.jsonl only, not to TensorBoard or W&B. A slice
+    writes one before it commits a step (checkpoint, ack), then the step's full line, which
+    readers take instead (`read_metrics`); a process killed between the two still leaves
+    the step a line.
+    """
     record: dict[str, float | int] = {"step": int(step), "time": time.time()}
     for name, value in scalars.items():
       if name in record:
@@ -52,6 +59,8 @@ class MetricsWriter:
         raise ValueError(f"metric {name!r} at step {step} is not a number: {value!r}") from e
     self._file.write(json.dumps(record, sort_keys=True, allow_nan=True) + "\n")
     self._file.flush()
+    if provisional:
+      return
     if self._tb is not None:
       for name, value in record.items():
         if name not in ("step", "time") and math.isfinite(value):

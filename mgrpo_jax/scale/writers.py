@@ -17,8 +17,8 @@ from mgrpo_jax.training.paths import RunPaths
 class _NoMetrics:
   """The metrics writer of processes other than 0: writes nothing."""
 
-  def write(self, step: int, scalars: dict[str, float]) -> None:
-    del step, scalars
+  def write(self, step: int, scalars: dict[str, float], *, provisional: bool = False) -> None:
+    del step, scalars, provisional
 
   def close(self) -> None:
     pass

@@ -12,7 +12,8 @@ Step t (B queries, K rollouts each):
      restart is byte-identical: a no-op).
   5. A_M over each query's K rollouts, rows padded to T = `limits.max_context` (one
      compiled update for the whole run), one update of M (in shared_policy, M's rows and
-     the aligned S rows of the step in ONE batch of the one policy), checkpoint M
+     the aligned S rows of the step in ONE batch of the one policy), the step's
+     provisional metrics line (`SliceRuntime.record_before_commit`), checkpoint M
      (params, optimizer, step, PRNG, data iterator, policy version), ack_main(t),
      retire the step cache (`step_cache.py`); metrics and a progress line.
 
@@ -166,6 +167,10 @@ def run_main_slice(config, workdir: str) -> None:
     metrics = rt.update(batch, timer)
     policy.sampler.model = rollout_model(rt.layout, rt.trainer.state)
     policy.version = step + 1
+    scalars.update(outcome.scalars())
+    scalars.update({f"main/update/{k}": v for k, v in metrics.items()})
+    scalars.update(rollouts.stats)
+    rt.record_before_commit(step, scalars, timer, _throughput(rollouts, metrics, timer))
     rt.checkpoint(timer, {"steps_done": step + 1, "data_iterator": stream.get_state(),
                           "policy_version": step + 1})
     crash_point("main", "checkpoint", step)
@@ -174,9 +179,6 @@ def run_main_slice(config, workdir: str) -> None:
     if rt.is_writer and step_pages.page_due(config, step):
       with timer("page"):
         _write_page(rt, step, rollouts, outcome, expert_judge)
-    scalars.update(outcome.scalars())
-    scalars.update({f"main/update/{k}": v for k, v in metrics.items()})
-    scalars.update(rollouts.stats)
     rt.report(step, scalars, timer, _throughput(rollouts, metrics, timer), {
         "main/reward": scalars["main/reward_mean"], "loss": metrics["loss"],
         "sub_calls": scalars["main/sub_calls_mean"]})

@@ -207,19 +207,30 @@ class SliceRuntime:
       self.log_mirror.restore()
     self.writer = metrics_writer(self.paths, self.role, self.config)
 
+  def record_before_commit(self, step: int, scalars: dict[str, float], timer: Timer,
+                           throughput: dict[str, float]) -> None:
+    """The step's metrics so far as a provisional line (metrics.jsonl, mirrored), written
+    before the step's checkpoint and ack: a process killed after those and before `report`
+    resumes past the step, whose line would otherwise be lost."""
+    self._write_metrics(step, dict(scalars), timer, throughput, provisional=True)
+
   def report(self, step: int, scalars: dict[str, float], timer: Timer,
              throughput: dict[str, float], progress: dict[str, float]) -> None:
     """The step's metrics (with its phase times and throughputs; `logging.every`) and
     its progress line."""
+    self._write_metrics(step, scalars, timer, throughput, provisional=False)
+    log(format_progress(step + 1, self.settings.num_steps, progress, timer.seconds,
+                        throughput))
+
+  def _write_metrics(self, step: int, scalars: dict[str, float], timer: Timer,
+                     throughput: dict[str, float], *, provisional: bool) -> None:
     for phase, seconds in timer.seconds.items():
       scalars[f"time/{phase}_s"] = seconds
     scalars.update({f"throughput/{k}_tokens_per_s": v for k, v in throughput.items()})
     if metrics_due(self.config, step):
-      self.writer.write(step, scalars)
+      self.writer.write(step, scalars, provisional=provisional)
       if self.log_mirror is not None:
         self.log_mirror.sync()
-    log(format_progress(step + 1, self.settings.num_steps, progress, timer.seconds,
-                        throughput))
 
   def close(self) -> None:
     """Closes the metrics writer (copying the logs a last time) and waits for the

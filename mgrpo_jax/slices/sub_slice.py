@@ -12,8 +12,8 @@ Step t:
      (`plugins.sub_reward_fn`, correct_M from the outcomes);
   4. alignment to D slots (key from (seed, t)) and per-query advantages, or the
      arrival-order grouping of no_alignment (`step_math`);
-  5. update S (not in frozen_sub), checkpoint S (params, optimizer, step, PRNG,
-     steps_done), put ack_sub(t) with S's weight version (updates done), THEN publish
+  5. update S (not in frozen_sub), the step's provisional metrics line, checkpoint S
+     (params, optimizer, step, PRNG, steps_done), put ack_sub(t) with S's weight version (updates done), THEN publish
      version t + 1 to the service, retire the step's cache (`step_cache.py`).
 
 frozen_sub: S is never updated (its weights stay bit-identical); the service still
@@ -96,9 +96,14 @@ def run_sub_slice(config, workdir: str) -> None:
                           timeout=settings.wait_timeout_s)
       sub_step = _prepare(rt, scoring, step, timer) if rt.is_writer else None
       scalars = step_math.sub_step_scalars(sub_step) if rt.is_writer else {}
-      metrics = _train(rt, sub_step, step, timer) if trains else None
+      metrics = _train(rt, sub_step, timer) if trains else None
       if metrics is not None:
         scalars.update({f"sub/update/{k}": v for k, v in metrics.items()})
+      throughput = {} if metrics is None or not rt.is_writer else {
+          "update": metrics["num_tokens"] / max(timer.seconds["update"], 1e-9)}
+      rt.record_before_commit(step, scalars, timer, throughput)
+      if trains:
+        rt.checkpoint(timer, {"steps_done": step + 1})
       crash_point("sub", "checkpoint", step)
       rt.ack(step, int(rt.trainer.state.step), timer)
       versions.publish(step + 1, servable_params(rt.layout, rt.trainer.state) if trains
@@ -106,8 +111,6 @@ def run_sub_slice(config, workdir: str) -> None:
       if not rt.is_writer:
         continue
       rt.retire_cache(step)
-      throughput = {} if metrics is None else {
-          "update": metrics["num_tokens"] / max(timer.seconds["update"], 1e-9)}
       rt.report(step, scalars, timer, throughput, {
           "sub/reward": scalars["sub/reward_mean"], "calls": scalars["sub/calls"],
           **({"loss": metrics["loss"]} if metrics is not None else {})})
@@ -214,16 +217,14 @@ def _prepare(rt: SliceRuntime, scoring: _Scoring, step: int,
       row_buckets=rt.sub_row_buckets)
 
 
-def _train(rt: SliceRuntime, sub_step: step_math.SubStep | None, step: int,
-           timer: Timer) -> dict[str, float]:
-  """S's update on the step's batch (process 0's, broadcast), then its checkpoint."""
+def _train(rt: SliceRuntime, sub_step: step_math.SubStep | None, timer: Timer
+           ) -> dict[str, float]:
+  """S's update on the step's batch (process 0's, broadcast)."""
   batch = sub_step.batch if rt.is_writer else None
   if multi_host():
     with timer("broadcast"):
       batch = _broadcast_batch(batch)
-  metrics = rt.update(batch, timer)
-  rt.checkpoint(timer, {"steps_done": step + 1})
-  return metrics
+  return rt.update(batch, timer)
 
 
 def _broadcast_batch(batch: TrainBatch | None) -> TrainBatch:

@@ -132,6 +132,23 @@ def test_resume_after_sigkill_equals_uninterrupted_run(reference, tmp_path):
         str(reference[0] / "store")).get(outcomes_key(RUN_ID, step))
 
 
+def test_a_kill_after_a_steps_checkpoint_keeps_the_steps_metrics_line(reference, tmp_path):
+  workdir = tmp_path / "run"
+  for fault in ("main:checkpoint:0", "sub:checkpoint:1"):  # committed, not yet reported
+    result = launch(workdir, fault=fault)
+    assert "exited with status -9" in result.stdout, result.stdout[-3000:]
+  result = launch(workdir)
+  assert result.returncode == 0, result.stdout[-4000:]
+  trainer_harness.assert_same_final_checkpoints(reference[0], workdir)
+  main = read_metrics(workdir / "logs" / "main" / "metrics.jsonl")
+  sub = read_metrics(workdir / "logs" / "sub" / "metrics.jsonl")
+  assert [m["step"] for m in main] == [m["step"] for m in sub] == list(range(NUM_STEPS))
+  # The killed steps kept their provisional lines, written before the checkpoint.
+  assert "time/checkpoint_s" not in main[0] and "time/checkpoint_s" in main[1]
+  assert "time/checkpoint_s" not in sub[1] and "time/checkpoint_s" in sub[2]
+  assert math.isfinite(main[0]["main/update/loss"])  # the step's scalars, not a stub
+
+
 def _kill_one_slice_mid_step(workdir, machine, victim: str, rng: random.Random) -> int:
   """Starts the run in `machine`; once it acknowledges a step of its own, SIGKILLs
   `victim`'s process 0-3 s later. Returns the parent's status."""

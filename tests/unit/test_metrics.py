@@ -19,12 +19,10 @@ def test_writer_appends_jsonl_and_tensorboard_events(tmp_path):
   assert len(events) == 1 and events[0].stat().st_size > 0
 
 
-def test_tensorboard_events_hold_the_scalars(tmp_path):
+def _tensorboard_scalars(folder) -> list[tuple[int, str, float]]:
   from tensorboardX.proto import event_pb2  # the same protobufs TensorBoard reads
 
-  with MetricsWriter(tmp_path) as writer:
-    writer.write(7, {"main/reward_mean": 0.5})
-  (event_file,) = (tmp_path / "tensorboard").glob("events.out.tfevents.*")
+  (event_file,) = (folder / "tensorboard").glob("events.out.tfevents.*")
   data = event_file.read_bytes()
   values, offset = [], 0
   while offset < len(data):  # TFRecord framing: u64 length, u32 crc, payload, u32 crc
@@ -32,7 +30,24 @@ def test_tensorboard_events_hold_the_scalars(tmp_path):
     event = event_pb2.Event.FromString(data[offset + 12:offset + 12 + length])
     offset += 16 + length
     values += [(event.step, v.tag, v.simple_value) for v in event.summary.value]
-  assert values == [(7, "main/reward_mean", 0.5)]
+  return values
+
+
+def test_tensorboard_events_hold_the_scalars(tmp_path):
+  with MetricsWriter(tmp_path) as writer:
+    writer.write(7, {"main/reward_mean": 0.5})
+  assert _tensorboard_scalars(tmp_path) == [(7, "main/reward_mean", 0.5)]
+
+
+def test_a_provisional_line_is_jsonl_only_and_the_full_line_wins(tmp_path):
+  with MetricsWriter(tmp_path) as writer:
+    writer.write(0, {"main/reward_mean": 0.5}, provisional=True)
+    writer.write(0, {"main/reward_mean": 0.5, "time/checkpoint_s": 0.125})
+    writer.write(1, {"main/reward_mean": 0.75}, provisional=True)  # then killed
+  assert [(r["step"], "time/checkpoint_s" in r) for r in read_metrics(
+      tmp_path / "metrics.jsonl")] == [(0, True), (1, False)]
+  assert _tensorboard_scalars(tmp_path) == [(0, "main/reward_mean", 0.5),
+                                            (0, "time/checkpoint_s", 0.125)]
 
 
 def test_rejects_non_numeric_and_reserved_names(tmp_path):
