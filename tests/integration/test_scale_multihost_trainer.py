@@ -16,7 +16,8 @@ and its rollouts come from a replica of M on its own devices. Then:
   differed by 1.5e-4 on one CPU, 1e-5 on another. Every element is therefore held
   within LEARNING_RATE x NUM_STEPS, and the fractions catch wrong or duplicated rows,
   which move nearly every element.)
-- exactly one metrics.jsonl with one line per step (process 0 alone writes it, and
+- exactly one metrics.jsonl with a provisional and a full line per step (process 0
+  alone writes it, and
   one TensorBoard event file), whose rewards, token counts and loss equal the
   single-process run's;
 - the store holds the same records, byte for byte; process 1 runs with its own
@@ -27,6 +28,7 @@ Imported through gin by the launched processes, this module provides the policy 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pathlib
 import shutil
@@ -176,8 +178,11 @@ def test_two_processes_train_the_main_slice_like_one(tmp_path):
   assert "main slice" not in outputs[1] and "loss" not in outputs[1], outputs[1][-2000:]
   assert not other_store.exists() or not _store_records(other_store)
 
-  # One metrics file, one line per step, one TensorBoard event file.
-  assert len(_metric_lines(multi)) == NUM_STEPS
+  # One metrics file written by process 0 alone: per step its provisional line (before the
+  # checkpoint, no checkpoint time) then its full line; one TensorBoard event file.
+  lines = [json.loads(line) for line in _metric_lines(multi)]
+  assert [m["step"] for m in lines] == [s for s in range(NUM_STEPS) for _ in range(2)]
+  assert [("time/checkpoint_s" in m) for m in lines] == [False, True] * NUM_STEPS
   assert len(list((multi / "logs" / "main").rglob("events.out.tfevents*"))) == 1
   want = read_metrics(single / "logs" / "main" / "metrics.jsonl")
   got = read_metrics(multi / "logs" / "main" / "metrics.jsonl")

@@ -36,6 +36,7 @@ import gin
 import numpy as np
 import pytest
 
+from mgrpo_jax.metrics.writer import read_metrics
 from tests.support.trainer_harness import shared_cache_overrides
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -66,8 +67,12 @@ def _smoke_config():
 
 
 def _metrics(workdir: pathlib.Path, slice_name: str) -> list[dict]:
+  """Each step's full line (`read_metrics`), after checking that the file holds exactly
+  a provisional and a full line per step."""
   path = workdir / "logs" / slice_name / "metrics.jsonl"
-  return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+  raw = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+  assert [m["step"] for m in raw[1::2]] == [m["step"] for m in raw[::2]]
+  return read_metrics(path)
 
 
 def _leaves(state) -> list[np.ndarray]:
