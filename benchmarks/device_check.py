@@ -38,12 +38,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import statistics
 import subprocess
 import sys
 import time
 
 import numpy as np
+from bench_timing import median_seconds
 
 # Spec dense bf16 FLOP/s and HBM bytes/s by `device_kind` (public data sheets).
 CHIP_SPECS = {
@@ -117,15 +117,6 @@ SMOKE = Sizes(decode_models=("tiny",),
               decode_batch=4, prompt_len=8, new_tokens=8, matmul=256, repeats=2)
 
 
-def _median_time(fn, repeats: int) -> float:
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
-
-
 def matmul_peer(size: int, repeats: int) -> float:
   """FLOP/s of a chain of 8 bf16 [size, size] matmuls (the device's dense roofline)."""
   import jax
@@ -141,7 +132,7 @@ def matmul_peer(size: int, repeats: int) -> float:
 
   x = jnp.ones((size, size), jnp.bfloat16)
   chain(x).block_until_ready()
-  seconds = _median_time(lambda: chain(x).block_until_ready(), repeats)
+  seconds = median_seconds(lambda: chain(x).block_until_ready(), repeats)
   return 8 * 2 * size**3 / seconds
 
 
@@ -225,7 +216,7 @@ def _run_update(case: TrainCase, dtype: str, repeats: int, *, scan_layers: bool,
     holder["state"], m = update(holder["state"], batch)
     m["loss"].block_until_ready()
 
-  seconds = _median_time(step, repeats)
+  seconds = median_seconds(step, repeats)
   return {"config": config, "loss": loss, "expected": expected, "moved": moved,
           "compile_s": compile_s, "seconds": seconds}
 
@@ -287,7 +278,7 @@ def check_decode(name: str, dtype: str, sizes: Sizes) -> dict:
   start = time.perf_counter()
   out = sampler.generate(prompts, params, key)
   compile_s = time.perf_counter() - start
-  seconds = _median_time(lambda: sampler.generate(prompts, params, key), sizes.repeats)
+  seconds = median_seconds(lambda: sampler.generate(prompts, params, key), sizes.repeats)
 
   full = np.concatenate([np.asarray(prompts, np.int32), out.tokens], axis=1)
   teacher = np.asarray(nnx.jit(token_logprobs)(model, full))[:, p:]

