@@ -170,7 +170,8 @@ def run_main_slice(config, workdir: str) -> None:
     scalars.update(outcome.scalars())
     scalars.update({f"main/update/{k}": v for k, v in metrics.items()})
     scalars.update(rollouts.stats)
-    rt.record_before_commit(step, scalars, timer, _throughput(rollouts, metrics, timer))
+    throughput = _throughput(rollouts, metrics, timer)  # phases the commit does not touch
+    rt.record_before_commit(step, scalars, timer, throughput)
     rt.checkpoint(timer, {"steps_done": step + 1, "data_iterator": stream.get_state(),
                           "policy_version": step + 1})
     crash_point("main", "checkpoint", step)
@@ -179,7 +180,7 @@ def run_main_slice(config, workdir: str) -> None:
     if rt.is_writer and step_pages.page_due(config, step):
       with timer("page"):
         _write_page(rt, step, rollouts, outcome, expert_judge)
-    rt.report(step, scalars, timer, _throughput(rollouts, metrics, timer), {
+    rt.report(step, scalars, timer, throughput, {
         "main/reward": scalars["main/reward_mean"], "loss": metrics["loss"],
         "sub_calls": scalars["main/sub_calls_mean"]})
   rt.close()

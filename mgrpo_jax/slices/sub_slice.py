@@ -13,8 +13,9 @@ Step t:
   4. alignment to D slots (key from (seed, t)) and per-query advantages, or the
      arrival-order grouping of no_alignment (`step_math`);
   5. update S (not in frozen_sub), the step's provisional metrics line, checkpoint S
-     (params, optimizer, step, PRNG, steps_done), put ack_sub(t) with S's weight version (updates done), THEN publish
-     version t + 1 to the service, retire the step's cache (`step_cache.py`).
+     (params, optimizer, step, PRNG, steps_done), put ack_sub(t) with S's weight version
+     (updates done), THEN publish version t + 1 to the service, retire the step's cache
+     (`step_cache.py`).
 
 frozen_sub: S is never updated (its weights stay bit-identical); the service still
 advances its version each step and the slice still acks; its progress after a restart
