@@ -32,14 +32,15 @@ def oracle_thoughts(tool_names: Sequence[str]) -> tuple[str, ...]:
 
 
 def render_oracle_action(action: Action) -> str:
-  """Protocol text of an oracle action (delegations carry no context)."""
+  """Protocol text of an oracle action (delegations carry no context); its thinking is
+  `action.thought`, or the fixed phrase of its kind."""
   if action.kind == "tool":
-    return protocol.render_tool_call(action.name, action.args,
-                                     _CALL_THOUGHT.format(name=action.name))
+    return protocol.render_tool_call(
+        action.name, action.args, action.thought or _CALL_THOUGHT.format(name=action.name))
   if action.kind == "delegate":
     return protocol.render_tool_call(specs.DELEGATE, {"subtask": action.text},
-                                     _THOUGHTS["delegate"])
-  return protocol.render_result(action.text, _THOUGHTS.get(action.kind, ""))
+                                     action.thought or _THOUGHTS["delegate"])
+  return protocol.render_result(action.text, action.thought or _THOUGHTS.get(action.kind, ""))
 
 
 def to_oracle_action(action: protocol.ParsedAction, role: str) -> Action:

@@ -4,6 +4,8 @@
   mgrpo          main, sub             yes        yes        yes           yes
   frozen_sub     main, sub             yes        yes        no            yes
   no_alignment   main, sub             yes        yes        yes           no (arrival order)
+  unsynchronized main, sub             yes        yes        yes           no (a FIFO of calls
+                                                                             across steps)
   shared_policy  main                  yes (M's)  no         with M        yes
   single_agent   main (the single)     no         no         -             -
 
@@ -16,7 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 
-MODES = ("mgrpo", "frozen_sub", "no_alignment", "shared_policy", "single_agent")
+MODES = ("mgrpo", "frozen_sub", "no_alignment", "unsynchronized", "shared_policy",
+         "single_agent")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +36,9 @@ class Mode:
     sub_trained: whether RL updates S on its own aligned batch (in the sub slice).
     aligned: whether S's records are aligned to D slots per rollout (else grouped in
       arrival order).
+    queued: whether S trains from a FIFO of finished calls carried across steps (the
+      paper's unsynchronized arm, its section 5.3.3; `slices/sub_queue.py`) instead of
+      the step's own calls.
   """
 
   name: str
@@ -41,6 +47,7 @@ class Mode:
   decoupled: bool
   sub_trained: bool
   aligned: bool
+  queued: bool = False
 
   @property
   def single(self) -> bool:
@@ -85,6 +92,8 @@ _TABLE = {
                        sub_trained=False, aligned=True),
     "no_alignment": Mode("no_alignment", ("main", "sub"), sub_agent=True, decoupled=True,
                          sub_trained=True, aligned=False),
+    "unsynchronized": Mode("unsynchronized", ("main", "sub"), sub_agent=True, decoupled=True,
+                           sub_trained=True, aligned=False, queued=True),
     "shared_policy": Mode("shared_policy", ("main",), sub_agent=True, decoupled=False,
                           sub_trained=False, aligned=True),
     "single_agent": Mode("single_agent", ("main",), sub_agent=False, decoupled=False,

@@ -234,6 +234,13 @@ SPEC: dict[str, Any] = {
                             "none with a test-world name (`warm_start/demonstration_worlds.py`)."
                             " Many worlds mean many distinct names: a model from scratch must "
                             "copy them instead of memorizing them.", low=1),
+        "budget": Field("questions", "The single agent's demonstrations: `questions` "
+                        "(num_questions, as every agent) or `team_tokens` (questions until "
+                        "its demonstrated tokens reach those of M's and S's demonstrations of "
+                        "num_questions questions together; the same epochs), so a single "
+                        "agent that plays both roles is fine-tuned on the team's budget "
+                        "(`warm_start/budget.py`). Other modes ignore it.",
+                        choices=("questions", "team_tokens")),
         "epochs": Field(8, "Passes over the demonstrations.", low=1),
         "copy_steps": Field(0, "Steps of the copy curriculum before the demonstrations "
                             "(`warm_start/copy_curriculum.py`; 0: none). Models trained from "
@@ -266,6 +273,11 @@ SPEC: dict[str, Any] = {
                          "(`--slice=all`), with plots and a summary table."),
         "num_questions": Field(100, "Test questions evaluated (of the configured stage).",
                                low=1),
+        "split": Field("test", "Which questions are evaluated: test (the held-out test "
+                       "world's) or validation (the training world's validation split, "
+                       "disjoint from its training questions: for choosing settings, so "
+                       "that the test world is never tuned to).",
+                       choices=("test", "validation")),
         "samples": Field(2, "Rollouts per test question (accuracy is their mean).", low=1),
         "every": Field(0, "After RL, also evaluate the checkpoints of every this many RL "
                        "steps (greedy, one rollout per question): the held-out curve of "
@@ -287,6 +299,11 @@ SPEC: dict[str, Any] = {
         "advantage_eps": Field(0.0, "Added to the group std.", low=0.0),
         "staleness": Field(0, "Steps the sub-agent's serving weights may lag its trainer.",
                            low=0),
+        "queue_calls": Field(0, "experiment.mode=unsynchronized: S calls taken from the "
+                             "front of S's FIFO per step (0: B*K, one per M rollout, as the "
+                             "released code takes).", low=0),
+        "queue_group": Field(0, "experiment.mode=unsynchronized: consecutive calls of the "
+                             "FIFO normalized together as one group (0: K).", low=0),
     },
     "rewards": {
         "a1": Field(0.1, "alpha_1: weight of M's format reward.", low=0.0, high=1.0),

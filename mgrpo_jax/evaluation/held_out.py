@@ -74,6 +74,9 @@ GREEDY_KEYS = ("accuracy", "accuracy_ci95", "accuracy_by_type", "format_rate",
 # The `sub_expert_by_property` key of a sub-task of no canonical form.
 OTHER_PROPERTY = "other"
 
+# The world whose tools and facts each `eval.split` asks about.
+_SPLIT_WORLDS = {"test": "test_world", "validation": "train_world"}
+
 
 @dataclasses.dataclass(frozen=True)
 class EvalResult:
@@ -271,9 +274,10 @@ def evaluate_sources(config, root: str | pathlib.Path, sources: dict[str, Source
   root = pathlib.Path(root)
   mode = parse_mode(str(config.experiment.mode))
   world_path = ensure_world(root, config.world)
+  split = str(config.eval.split)
   questions = load_questions(world_path, config.world, str(config.world.stage),
-                             split="test")[:int(config.eval.num_questions)]
-  registry = agent_setup.tool_registry(world_path, config, world="test_world")
+                             split=split)[:int(config.eval.num_questions)]
+  registry = agent_setup.tool_registry(world_path, config, world=_SPLIT_WORLDS[split])
   main = _agent(config, "main", root, sources["main"])
   sub = None
   if mode.sub_agent:
@@ -303,14 +307,15 @@ def evaluate_sources(config, root: str | pathlib.Path, sources: dict[str, Source
 
 
 def held_out_expert_judge(config) -> ExpertJudge | None:
-  """The expert judge of the generated test world (`world.*`); None for questions
-  from a file (`world.source`), whose facts no judge knows."""
+  """The expert judge of the generated world `eval.split` asks about (`world.*`): the
+  test world, or the training world for the validation split; None for questions from
+  a file (`world.source`), whose facts no judge knows."""
   world = config.world
   if str(world.source) != "generated":
     return None
   rendering = world_rendering(config)
-  _, test_world = rendering.split_worlds(str(world.size), int(world.seed), int(world.test_seed))
-  return rendering.expert_judge(test_world)
+  worlds = rendering.split_worlds(str(world.size), int(world.seed), int(world.test_seed))
+  return rendering.expert_judge(worlds[_SPLIT_WORLDS[str(config.eval.split)] == "test_world"])
 
 
 def greedy(agent: Agent) -> Agent:

@@ -89,7 +89,7 @@ def _step_of(name: str) -> int:
   return int(name.split("/")[0].removesuffix(".json").split("_")[1])
 
 
-class _StepFiles:
+class StepFiles:
   """A cache's folder and how long a step's files are kept."""
 
   def __init__(self, folder: Folder, checkpoints_kept: int = 1):
@@ -109,7 +109,7 @@ class _StepFiles:
     self.delete_before(step + 2 - self.checkpoints_kept)
 
 
-class MainStepCache(_StepFiles):
+class MainStepCache(StepFiles):
   """The main slice's rollouts of one step (see the module docstring)."""
 
   def name(self, step: int) -> str:
@@ -136,7 +136,7 @@ class MainStepCache(_StepFiles):
     return records_from_json(parse_json(data, self.describe(step)), step, self.describe(step))
 
 
-class SubStepCache(_StepFiles):
+class SubStepCache(StepFiles):
   """The sub slice's S records of each step (see the module docstring)."""
 
   def put(self, step: int, calls: list[tuple[SubRecord, tuple[int, int]]]) -> None:

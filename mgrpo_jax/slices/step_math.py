@@ -16,6 +16,11 @@ then position in the batch) fill N = Q*K*D rows; calls beyond N are dropped, mis
 ones leave empty rows of weight 0; consecutive groups of G = K*D rows are normalized
 together whatever query or rollout they came from. Unlike the released FIFO, nothing is
 carried over to the next step, so each step's batch is a function of that step alone.
+
+`unsynchronized` (the paper's arm without synchronization, section 5.3.3; the released
+code's FIFO): S trains on the N oldest calls of a FIFO that every step's calls join after
+its own update (`sub_queue.py`), groups of G consecutive calls normalized together:
+`queued_sub_step`.
 """
 
 from __future__ import annotations
@@ -145,15 +150,22 @@ def sub_rewards(records: Mapping[tuple[int, int, int], SubRecord], correct: np.n
   keys = sorted(records)
   if not keys:
     return {}
+  main_correct = np.array([correct[q, k] for q, k, _ in keys], np.float32)
+  values = call_rewards([records[key] for key in keys], main_correct, weights)
+  return {key: float(value) for key, value in zip(keys, values, strict=True)}
+
+
+def call_rewards(records: Sequence[SubRecord], main_correct: np.ndarray,
+                 weights: RewardWeights) -> np.ndarray:
+  """R_S float32 [N] of N scored calls (`expert` filled in), correct_M float [N] of the
+  rollout each was made in, through the (gin-replaceable) sub reward function."""
   fn = plugins.sub_reward_fn()
-  format_ok = np.array([records[key].trajectory.format_ok for key in keys], bool)
-  expert = np.array([records[key].expert for key in keys], np.float32)
+  format_ok = np.array([r.trajectory.format_ok for r in records], bool)
+  expert = np.array([r.expert for r in records], np.float32)
   if np.isnan(expert).any():
     raise ValueError("S records must be scored (expert is NaN)")
-  main_correct = np.array([correct[q, k] for q, k, _ in keys], np.float32)
-  values = np.asarray(fn(format_ok, main_correct, expert, b1=weights.b1, b2=weights.b2,
-                         b3=weights.b3), np.float32)
-  return {key: float(value) for key, value in zip(keys, values, strict=True)}
+  return np.asarray(fn(format_ok, np.asarray(main_correct, np.float32), expert,
+                       b1=weights.b1, b2=weights.b2, b3=weights.b3), np.float32)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,6 +273,38 @@ def arrival_sub_step(records_in_arrival_order: Sequence[tuple[tuple[int, int, in
   batch = pack_sequences(sequences, adv[:len(kept)], num_rows=batch_rows, buckets=buckets,
                          pad_id=pad_id)
   return SubStep(batch, rewards, adv, valid, len(records_in_arrival_order))
+
+
+def queued_sub_step(calls: Sequence[SubRecord], *, num_rows: int, group_size: int,
+                    weights: RewardWeights, advantage: AdvantageConfig, pad_id: int,
+                    buckets: Sequence[int] = DEFAULT_LENGTH_BUCKETS,
+                    row_buckets: Sequence[int] | None = None) -> SubStep:
+  """The unsynchronized arm's batch: the `calls` taken from the front of S's FIFO
+  (`sub_queue`, each scored with its own rollout's correct_M), in queue order, in
+  N = `num_rows` rows; consecutive groups of G = `group_size` rows are normalized
+  together whatever step, query or rollout they came from (the released code's groups).
+
+    R_S [N]  = call_rewards(calls)          (0 at empty rows)
+    A_S [N]  = group_normalize(R_S.reshape(N / G, G)) over the filled rows of each group
+  """
+  if num_rows % group_size:
+    raise ValueError(f"{num_rows} rows do not split into groups of {group_size}")
+  calls = list(calls)[:num_rows]
+  rewards = np.zeros(num_rows, np.float32)
+  valid = np.zeros(num_rows, bool)
+  if calls:
+    rewards[:len(calls)] = call_rewards(calls, np.array([r.main_correct for r in calls]),
+                                        weights)
+    valid[:len(calls)] = True
+  adv = advantages_lib.group_normalize(rewards.reshape(-1, group_size),
+                                       valid.reshape(-1, group_size),
+                                       std=advantage.std, eps=advantage.eps)
+  adv = np.where(valid, np.asarray(adv, np.float32).reshape(-1), 0.0)
+  batch_rows = num_rows if row_buckets is None else pick_bucket(
+      max(len(calls), 1), row_buckets, "sub-agent calls")
+  batch = pack_sequences([token_sequence(r.trajectory) for r in calls], adv[:len(calls)],
+                         num_rows=batch_rows, buckets=buckets, pad_id=pad_id)
+  return SubStep(batch, rewards, adv, valid, len(calls))
 
 
 def concat_batches(first: TrainBatch, second: TrainBatch, pad_id: int) -> TrainBatch:

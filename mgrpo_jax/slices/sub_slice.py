@@ -11,7 +11,8 @@ Step t:
   3. r_expert (the rendering's expert judge, question looked up by id), R_S
      (`plugins.sub_reward_fn`, correct_M from the outcomes);
   4. alignment to D slots (key from (seed, t)) and per-query advantages, or the
-     arrival-order grouping of no_alignment (`step_math`);
+     arrival-order grouping of no_alignment (`step_math`), or (unsynchronized) the
+     front of S's FIFO, which the step's calls then join (`sub_queue.py`);
   5. update S (not in frozen_sub), the step's provisional metrics line, checkpoint S
      (params, optimizer, step, PRNG, steps_done), put ack_sub(t) with S's weight version
      (updates done), THEN publish version t + 1 to the service, retire the step's cache
@@ -37,16 +38,18 @@ import dataclasses
 
 import numpy as np
 
+from mgrpo_jax.agents.records import SubRecord
 from mgrpo_jax.config.modes import parse_mode
 from mgrpo_jax.scale import distributed
 from mgrpo_jax.scale.multihost import multi_host, servable_params
 from mgrpo_jax.scale.writers import log
 from mgrpo_jax.serving.address import encode_address, service_token
 from mgrpo_jax.serving.sub_service import RequestGate, SubAgentService, WeightVersions
-from mgrpo_jax.slices import step_math
+from mgrpo_jax.slices import step_math, sub_queue
 from mgrpo_jax.slices.common import Timer, describe_steps
 from mgrpo_jax.slices.faults import crash_point
 from mgrpo_jax.slices.runtime import SliceRuntime, open_runtime
+from mgrpo_jax.slices.sub_queue import QueuedCall, SubCallQueue
 from mgrpo_jax.store.schema import MainOutcomes, ack_key, outcomes_key
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.batching import TrainBatch
@@ -88,6 +91,7 @@ def run_sub_slice(config, workdir: str) -> None:
   rt.resume(start, ack_version=int(rt.trainer.state.step) if trains else None)
   policy = rt.sampler_policy(version=start)  # collective with several processes
   server = _serve(rt, policy, versions, start) if rt.is_writer else None
+  queue = _open_queue(rt, start) if mode.queued and rt.is_writer else None
   rt.start_metrics()
   try:
     for step in range(start, settings.num_steps):
@@ -95,8 +99,10 @@ def run_sub_slice(config, workdir: str) -> None:
       with timer("wait_outcomes"):
         rt.store.wait_for([outcomes_key(settings.run_id, step)],
                           timeout=settings.wait_timeout_s)
-      sub_step = _prepare(rt, scoring, step, timer) if rt.is_writer else None
+      sub_step = _prepare(rt, scoring, step, timer, queue) if rt.is_writer else None
       scalars = step_math.sub_step_scalars(sub_step) if rt.is_writer else {}
+      if queue is not None:
+        scalars.update(queue.scalars)
       metrics = _train(rt, sub_step, timer) if trains else None
       if metrics is not None:
         scalars.update({f"sub/update/{k}": v for k, v in metrics.items()})
@@ -112,6 +118,8 @@ def run_sub_slice(config, workdir: str) -> None:
       if not rt.is_writer:
         continue
       rt.retire_cache(step)
+      if queue is not None:
+        queue.files.retire(step)
       rt.report(step, scalars, timer, throughput, {
           "sub/reward": scalars["sub/reward_mean"], "calls": scalars["sub/calls"],
           **({"loss": metrics["loss"]} if metrics is not None else {})})
@@ -185,8 +193,46 @@ class _Scoring:
     return cls({q.id: q for q in rt.questions}, rt.expert_judge)
 
 
-def _prepare(rt: SliceRuntime, scoring: _Scoring, step: int,
-             timer: Timer) -> step_math.SubStep:
+@dataclasses.dataclass
+class _Queue:
+  """The unsynchronized arm's FIFO (`sub_queue.py`): its calls at the start of the
+  current step, its files, and the last step's queue metrics."""
+
+  calls: list[QueuedCall]
+  files: SubCallQueue
+  scalars: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+def _open_queue(rt: SliceRuntime, start: int) -> _Queue:
+  """Process 0: the queue at the start of step `start`, from its file."""
+  files = SubCallQueue(rt.files.child(rt.paths.queue_name()),
+                       checkpoints_kept=int(rt.config.checkpoint.keep))
+  return _Queue(files.load(start), files)
+
+
+def _queued_step(rt: SliceRuntime, queue: _Queue, step: int,
+                 arrived: list[tuple[tuple[int, int, int], SubRecord]]) -> step_math.SubStep:
+  """Process 0: the unsynchronized arm's step t: S's batch from the front of the queue,
+  then step t's scored calls (`arrived`, in arrival order) join it, and the queue at the
+  start of t + 1 is written before the step's checkpoint."""
+  settings, mgrpo = rt.settings, rt.config.mgrpo
+  count = int(mgrpo.queue_calls) or settings.num_queries * settings.num_rollouts
+  group = int(mgrpo.queue_group) or settings.num_rollouts
+  taken, rest = sub_queue.take(queue.calls, count)
+  queue.calls = rest + [QueuedCall(step, record) for _, record in arrived]
+  queue.files.save(step + 1, queue.calls)
+  queue.scalars = sub_queue.queue_scalars(taken, queue.calls, step)
+  made = [record for _, record in arrived]
+  queue.scalars["sub/reward_made_mean"] = float(step_math.call_rewards(
+      made, np.array([r.main_correct for r in made]), settings.weights).mean()) if made else 0.0
+  return step_math.queued_sub_step(
+      [c.record for c in taken], num_rows=group * -(-count // group), group_size=group,
+      weights=settings.weights, advantage=settings.advantage, pad_id=rt.pad_id,
+      buckets=rt.buckets, row_buckets=rt.sub_row_buckets)
+
+
+def _prepare(rt: SliceRuntime, scoring: _Scoring, step: int, timer: Timer,
+             queue: _Queue | None) -> step_math.SubStep:
   """Process 0: step t's S records scored, aligned and packed (module docstring)."""
   settings = rt.settings
   key = outcomes_key(settings.run_id, step)
@@ -205,6 +251,8 @@ def _prepare(rt: SliceRuntime, scoring: _Scoring, step: int,
   if not rt.mode.aligned:
     position = {qid: q for q, qid in enumerate(query_ids)}
     keys = [(position[r.query_id], r.rollout_index, r.call_index) for _, r in arrived]
+    if queue is not None:
+      return _queued_step(rt, queue, step, [(k, scored[k]) for k in keys])
     return step_math.arrival_sub_step(
         [(k, scored[k]) for k in keys], arrays["correct"], num_queries=len(query_ids),
         group_size=settings.num_rollouts * settings.num_slots, weights=settings.weights,

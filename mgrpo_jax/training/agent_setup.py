@@ -158,11 +158,12 @@ def rollout_config(config) -> RolloutConfig:
                        max_sub_calls=int(config.mgrpo.max_sub_calls))
 
 
-def agent_specs(config) -> tuple[specs.AgentSpec, specs.AgentSpec]:
+def agent_specs(config, mode: str | None = None) -> tuple[specs.AgentSpec, specs.AgentSpec]:
   """(M's or the single agent's spec, S's spec) with `prompts.system`'s system prompts,
-  each with its role's user tools (`plugins.user_tools`) after the built-in ones."""
+  each with its role's user tools (`plugins.user_tools`) after the built-in ones; of
+  `mode` (default `experiment.mode`)."""
   style = str(config.prompts.system)
-  main_role = parse_mode(str(config.experiment.mode)).main_role
+  main_role = parse_mode(mode or str(config.experiment.mode)).main_role
   extra = plugins.user_tools()
   return (specs.spec_for(main_role, style, extra[main_role]),
           specs.spec_for("sub", style, extra["sub"]))

@@ -8,6 +8,7 @@ directory for a `gs://` workdir, else the workdir itself):
   <workdir>/store                     the statistics store (unless `store.uri` is set)
   <workdir>/main/cache/step_<t>.json  M's write-ahead rollout cache
   <workdir>/sub/cache/step_<t>/       S records of step t, written by the service
+  <workdir>/sub/queue/step_<t>.json   the unsynchronized arm's FIFO at the start of step t
   <workdir>/sub/service.json          the sub-agent service's address
   <workdir>/logs/{main,sub}/          metrics.jsonl and TensorBoard events per slice; with
                                       a `gs://` workdir written under <local>/logs and
@@ -65,6 +66,12 @@ class RunPaths:
   def cache_name(slice_name: str) -> str:
     """The slice's write-ahead cache folder, relative to the workdir."""
     return f"{slice_name}/cache"
+
+  @staticmethod
+  def queue_name() -> str:
+    """The unsynchronized arm's FIFO of S calls, one file per step, relative to the
+    workdir."""
+    return "sub/queue"
 
   @staticmethod
   def service_address_name() -> str:

@@ -36,21 +36,25 @@ class DemonstrationWorld:
   registry: ToolRegistry
 
 
-def demonstration_worlds(config, world_path: pathlib.Path, folder: pathlib.Path
-                         ) -> list[DemonstrationWorld]:
+def demonstration_worlds(config, world_path: pathlib.Path, folder: pathlib.Path, *,
+                         num_questions: int | None = None) -> list[DemonstrationWorld]:
   """The W worlds of the module docstring, their questions drawn with their own seeds.
 
   Args:
     config: the run's config (`world.*`, `warm_start.*`, `tools.*`, `experiment.seed`).
     world_path: the run's built world (`data.ensure_world`): world 0 and its index.
     folder: where the other worlds' indexes are written (`<folder>/worlds/`).
+    num_questions: questions over all worlds (default `warm_start.num_questions`). Each
+      world's questions are one seeded draw, so a larger count keeps the smaller
+      count's questions of every world and adds to them.
   """
   world, ws = config.world, config.warm_start
   rendering = world_rendering(config)
   train_world, test_world = rendering.split_worlds(str(world.size), int(world.seed),
                                                    int(world.test_seed))
   mixture = question_mixture(world)
-  counts = question_counts(int(ws.num_questions), int(ws.num_worlds),
+  total = int(ws.num_questions) if num_questions is None else num_questions
+  counts = question_counts(total, int(ws.num_worlds),
                            total_key="warm_start.num_questions",
                            worlds_key="warm_start.num_worlds")
   run_seed = int(config.experiment.seed)

@@ -34,6 +34,7 @@ from mgrpo_jax.training.optimizer import OptimizerConfig, make_optimizer
 from mgrpo_jax.training.paths import RunPaths, warm_start_folder
 from mgrpo_jax.training.train_state import create_train_state
 from mgrpo_jax.utils.atomic_files import atomic_write
+from mgrpo_jax.warm_start.budget import demonstrated_tokens, questions_for_tokens
 from mgrpo_jax.warm_start.copy_curriculum import (
   copy_sequences,
   demonstration_token_ids,
@@ -145,6 +146,10 @@ def warm_start_agent(config, workdir: str, role: str) -> None:
       main_oracle=main_oracle, sub_oracle=sub_oracle,
       mode=mode.demonstration,
       main_spec=main_spec, sub_spec=sub_spec, key=agent_setup.derive_seed(seed, "demos"))
+  if mode.single and str(ws.budget) == "team_tokens":
+    worlds, budget = _team_token_worlds(config, world_path, folder, worlds, demonstrate)
+  else:
+    budget = {}
   sequences = []
   for world in worlds:
     demos = demonstrate(registry=world.registry, tasks=world.questions)
@@ -169,7 +174,8 @@ def warm_start_agent(config, workdir: str, role: str) -> None:
                                      seed=agent_setup.derive_seed(seed, "warm_start", role))
   pad_id = role_tokenizer.pad_id or 0
   started = time.perf_counter()
-  summary: dict[str, Any] = {"demonstrations": len(sequences)}
+  summary: dict[str, Any] = {"demonstrations": len(sequences),
+                             "demonstrated_tokens": demonstrated_tokens(sequences), **budget}
   if int(ws.copy_steps) or int(ws.window_copy_steps):
     state, summary["copy_curriculum"] = _learn_to_copy(
         role, state, layout, sequences, int(ws.copy_steps), int(ws.window_copy_steps),
@@ -182,6 +188,26 @@ def warm_start_agent(config, workdir: str, role: str) -> None:
   log(f"warm start {role}: {len(sequences)} demonstrations, {metrics['steps']} steps, "
       f"NLL {metrics['nll'][0]:.2f} -> {metrics['nll'][-1]:.3f} ({summary['seconds']:.0f} s)")
   atomic_write(_agent_summary(folder, role), json.dumps(summary, indent=1).encode())
+
+
+def _team_token_worlds(config, world_path: pathlib.Path, folder: pathlib.Path, worlds,
+                       demonstrate) -> tuple[list, dict[str, int]]:
+  """The single agent's demonstration worlds with the team's demonstrated tokens
+  (`warm_start.budget=team_tokens`, `budget.py`), and the counts that sized them."""
+  team_spec = agent_setup.agent_specs(config, "mgrpo")[0]
+  team = single = 0
+  for world in worlds:
+    demos = demonstrate(registry=world.registry, tasks=world.questions, mode="mgrpo",
+                        main_spec=team_spec)
+    team += demonstrated_tokens(demos.main) + demonstrated_tokens(demos.sub)
+    single += demonstrated_tokens(demonstrate(registry=world.registry,
+                                              tasks=world.questions).main)
+  num_questions = int(config.warm_start.num_questions)
+  scaled = questions_for_tokens(num_questions, team, single)
+  log(f"warm start main: the team's {num_questions} questions are {team} demonstrated "
+      f"tokens, the single agent's {single}: it demonstrates {scaled} questions")
+  return (demonstration_worlds(config, world_path, folder, num_questions=scaled),
+          {"team_tokens": team, "team_questions": num_questions, "questions": scaled})
 
 
 def warm_start_optimizer(ws, num_sequences: int, sft_config: SFTConfig) -> OptimizerConfig:

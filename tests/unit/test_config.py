@@ -141,7 +141,7 @@ def test_apply_overrides_rejects_unknown_keys():
 def test_spec_groups_match_the_design_modes():
   # one declaration of the modes (config/modes.py), in the order of docs/ALGORITHM.md
   assert SPEC["experiment"]["mode"].choices == (
-      "mgrpo", "frozen_sub", "no_alignment", "shared_policy", "single_agent")
+      "mgrpo", "frozen_sub", "no_alignment", "unsynchronized", "shared_policy", "single_agent")
 
 
 def test_aggregation_and_alignment_choices_are_the_core_registries():

@@ -163,3 +163,35 @@ def test_arrival_rows_without_the_empty_ones_fill_a_row_bucket():
   for name in ("ids", "loss_mask", "old_logp", "advantages", "weights"):
     np.testing.assert_array_equal(getattr(compact.batch, name), getattr(full.batch, name)[:4])
   np.testing.assert_array_equal(compact.advantages, full.advantages)
+
+
+def _scored(seed: int, ok: bool, expert: float, main_correct: float) -> SubRecord:
+  return SubRecord(f"q{seed}", 0, seed, "E017 boss", "", "boss E044", _trajectory(seed, ok),
+                   expert=expert, main_correct=main_correct)
+
+
+def test_queued_step_normalizes_consecutive_groups_of_calls_from_any_step():
+  calls = [_scored(i, ok, expert, correct) for i, (ok, expert, correct) in enumerate(
+      [(True, 1.0, 1.0), (True, 0.5, 0.0), (False, 1.0, 1.0), (True, 0.0, 0.0),
+       (True, 1.0, 0.0)])]
+  out = step_math.queued_sub_step(calls, num_rows=6, group_size=2, weights=WEIGHTS,
+                                  advantage=ADV, pad_id=0, buckets=(16,))
+  # R_S = format * (0.1 + 0.4 correct_M + 0.5 r_expert) of each call's own rollout.
+  reference = np.array([c.trajectory.format_ok * (0.1 + 0.4 * c.main_correct
+                                                  + 0.5 * c.expert) for c in calls])
+  np.testing.assert_allclose(out.rewards[:5], reference, atol=1e-6)
+  assert out.rewards[5] == 0 and out.valid.tolist() == [True] * 5 + [False]
+  valid = np.arange(6) < 5
+  groups = [_normalize(np.append(reference, 0.0)[g:g + 2], valid[g:g + 2]) for g in (0, 2, 4)]
+  np.testing.assert_allclose(out.advantages, np.concatenate(groups), atol=1e-5)
+  assert out.batch.shape == (6, 16) and out.num_calls == 5
+  np.testing.assert_array_equal(out.batch.ids[1, :7], calls[1].trajectory.ids)
+
+
+def test_queued_step_of_an_empty_queue_has_no_loss_token_and_rejects_ragged_groups():
+  out = step_math.queued_sub_step([], num_rows=4, group_size=2, weights=WEIGHTS,
+                                  advantage=ADV, pad_id=0, buckets=(16,))
+  assert not out.valid.any() and not out.batch.loss_mask.any() and out.num_calls == 0
+  with pytest.raises(ValueError, match="groups of 3"):
+    step_math.queued_sub_step([], num_rows=4, group_size=3, weights=WEIGHTS, advantage=ADV,
+                              pad_id=0, buckets=(16,))

@@ -181,6 +181,8 @@ def test_questions_round_trip_through_the_parser(test_env):
       assert isinstance(plan, language.Puzzle)
     elif q.type == "difference":
       assert isinstance(plan, language.Difference)
+    elif q.type == "list":
+      assert isinstance(plan, language.ListQuestion)
     else:
       assert len(plan.props) == q.hops
 
@@ -194,3 +196,29 @@ def test_the_symbolic_build_is_a_world_spec_choice():
     generate_world("large", 0)
   with pytest.raises(ValueError, match="world.render must be one of"):
     get_rendering("klingon")
+
+
+def test_list_questions_delegate_once_per_entity_and_are_solved_by_the_clean_oracles(worlds):
+  """Stage 2's lists ask one property of 2-6 entities: the clean oracles answer every one
+  with the values in order, one S call per entity, so the number of S calls per rollout
+  spans 2..6 (what makes alignment drop and duplicate)."""
+  test = worlds[1]
+  registry = default_registry(SearchIndex.from_pages(render_pages(test)), visit_budget=1500)
+  qs = [q for q in SYMBOLIC.synthesize(test, 300, stage=2, seed=5, id_prefix="l")
+        if q.type == "list"]
+  assert len(qs) > 30
+  sizes = set()
+  for q in qs:
+    plan = language.parse_question(q.text)
+    assert isinstance(plan, language.ListQuestion) and q.hops == len(plan.entities)
+    assert q.answer == " ".join(test.value(test.names.index(e), plan.prop)
+                                for e in plan.entities)
+    sizes.add(len(plan.entities))
+    episode = run_episode(q.text, SYMBOLIC.main_oracle(0.0, 0), SYMBOLIC.sub_oracle(0.0, 0),
+                          registry)
+    assert episode.answer == q.answer and len(episode.sub_calls) == len(plan.entities)
+  assert sizes == set(range(language.MIN_LIST, language.MAX_LIST + 1))
+  assert language.parse_question("E017 boss") == language.Chain("E017", ("boss",))
+  assert language.parse_question("E017 E044 E101 boss") == language.ListQuestion(
+      ("E017", "E044", "E101"), "boss")
+  assert language.parse_question(" ".join(["E017"] * 7 + ["boss"])) is None

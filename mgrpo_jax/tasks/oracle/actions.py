@@ -18,11 +18,16 @@ KINDS = ("tool", "delegate", "answer", "report")
 
 @dataclasses.dataclass(frozen=True)
 class Action:
-  """kind in KINDS; `name`/`args` for tool calls, `text` for the others."""
+  """kind in KINDS; `name`/`args` for tool calls, `text` for the others.
+
+  `thought` is what a scripted agent writes in the turn's `<thinking>` (empty: the
+  fixed phrase of its kind); it is not part of the action and not in `to_json`.
+  """
   kind: str
   text: str = ""
   name: str = ""
   args: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  thought: str = ""
 
   @staticmethod
   def tool(name: str, **args: Any) -> Action:

@@ -1,6 +1,8 @@
 """The grammar the two agents speak in the symbolic world.
 
   question    chain:       "E017 boss home"          (an entity, then 1..3 properties)
+              list:        "E017 E044 E101 boss"     (2..6 entities, then one property:
+                                                      the answer lists their values)
               difference:  "E017 year - E044 year"   (the reason tool subtracts)
               puzzle:      "37 + 45"                  (the reason tool, no look-up)
   sub-task    "E017 boss"                             (one entity, one property)
@@ -22,6 +24,8 @@ from typing import NamedTuple
 from mgrpo_jax.tasks.symbolic import vocabulary as vocab
 
 _PROPERTIES = frozenset(vocab.PROPERTIES)
+# Entities of a list question: one delegation each.
+MIN_LIST, MAX_LIST = 2, 6
 _NAMES = frozenset(vocab.NAME_POOL)
 
 
@@ -29,6 +33,12 @@ class Chain(NamedTuple):
   """A chain question: the start entity and the properties, in the order they apply."""
   entity: str
   props: tuple[str, ...]
+
+
+class ListQuestion(NamedTuple):
+  """"E017 E044 boss": the property of each entity, answered in the entities' order."""
+  entities: tuple[str, ...]
+  prop: str
 
 
 class Difference(NamedTuple):
@@ -46,7 +56,7 @@ def is_name(token: str) -> bool:
   return token in _NAMES
 
 
-def parse_question(text: str) -> Chain | Difference | Puzzle | None:
+def parse_question(text: str) -> Chain | ListQuestion | Difference | Puzzle | None:
   """The plan of a question written in the grammar above, or None."""
   if not isinstance(text, str):
     return None
@@ -57,6 +67,9 @@ def parse_question(text: str) -> Chain | Difference | Puzzle | None:
   if (len(tokens) == 5 and tokens[2] == "-" and tokens[1] == tokens[4] == vocab.YEAR
       and is_name(tokens[0]) and is_name(tokens[3])):
     return Difference(tokens[0], tokens[3])
+  if (MIN_LIST <= len(tokens) - 1 <= MAX_LIST and tokens[-1] in _PROPERTIES
+      and all(is_name(t) for t in tokens[:-1])):
+    return ListQuestion(tuple(tokens[:-1]), tokens[-1])
   if 2 <= len(tokens) <= 4 and is_name(tokens[0]) and all(t in _PROPERTIES for t in tokens[1:]):
     props = tuple(tokens[1:])
     if vocab.YEAR in props[:-1]:  # a year has no properties of its own

@@ -1,7 +1,8 @@
 """Scripted M and S for the symbolic world, clean or with systematic mistakes.
 
 M (`SymbolicMainOracle`): a chain "E017 boss home" is delegated hop by hop ("E017 boss",
-then "<value> home"), the value read from S's report "boss <value>"; a difference
+then "<value> home"), the value read from S's report "boss <value>"; a list "E017 E044
+boss" is one delegation per entity, answered with the values in order; a difference
 delegates both years and subtracts them with the reason tool; a puzzle goes to the
 reason tool. S (`SymbolicSubOracle`): visit the sub-task's entity by title, find the
 line of the asked property, report "property value".
@@ -103,6 +104,9 @@ class SymbolicMainOracle:
   def _replay(self, question: str, plan, steps: Iterator[Step]) -> str:
     if isinstance(plan, language.Puzzle):
       return self._compute(steps, "puzzle", question, plan.expression)
+    if isinstance(plan, language.ListQuestion):
+      values = [self._look_up(steps, e, plan.prop) for e in plan.entities]
+      return vocab.NONE if None in values else " ".join(values)
     if isinstance(plan, language.Difference):
       years = [self._look_up(steps, e, vocab.YEAR) for e in (plan.first, plan.second)]
       if None in years:
