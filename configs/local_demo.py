@@ -110,6 +110,26 @@ SHORT = {
     "eval.every": 0,
 }
 
+# The question mix where alignment acts (`--config=configs/local_demo.py:delegations`):
+# stage 2's look-ups, two- and three-hop chains and lists of 2-6 entities, so the
+# number of S calls per rollout spans 1..6 and D = `mgrpo.aligned_sub_calls` below the
+# largest count drops calls of some rollouts and duplicates those of others
+# (tests/unit/test_config_delegations.py measures how many). Only S's demonstrated
+# mistake is in these types, so what the alignment ablation changes is what S learns.
+# D = 6 bounds the calls of the clean oracle with P = 1 (the paper picks D with
+# P(calls <= D) ~ 0.99); configs/sweeps/alignment_mix.py also runs D = 3.
+DELEGATIONS = {
+    **SYMBOLIC,
+    "experiment.name": "delegations",
+    "experiment.run_id": "delegations",
+    "world.stage": "stage2",
+    "world.question_types": "lookup,two_hop,three_hop,list",
+    "mgrpo.aligned_sub_calls": 6,
+    "mgrpo.max_sub_calls": 8,
+    "main.limits.max_turns": 8,
+    "main.limits.max_context": 256,
+}
+
 NATURAL = {
     "experiment.name": "local_demo",
     "experiment.run_id": "local_demo",
@@ -147,11 +167,12 @@ for _agent, _turns in (("main", 5), ("sub", 4)):
       f"{_agent}.optim.learning_rate": 3e-4,
       f"{_agent}.optim.weight_decay": 0.0,
   })
-PRESETS = {"": SYMBOLIC, "short": SHORT, "natural": NATURAL}
+PRESETS = {"": SYMBOLIC, "short": SHORT, "delegations": DELEGATIONS, "natural": NATURAL}
 
 
 def get_config(arg=None):
-  """The demo config: the symbolic world (no argument), or preset "short" or "natural"."""
+  """The demo config: the symbolic world (no argument), or preset "short", "delegations"
+  or "natural"."""
   if (arg or "") not in PRESETS:
     raise ValueError(f"configs/local_demo.py presets are {sorted(PRESETS)}, got {arg!r}")
   config = base_config()

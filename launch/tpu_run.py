@@ -85,12 +85,14 @@ _SLICE = flags.DEFINE_enum(
     "'sub' (the sub-agent S: serves S's turns, waits for M's outcomes, S's update), or "
     "'all' (both, as two local processes).")
 _STAGE = flags.DEFINE_enum(
-    "stage", "rl", ["rl", "warm_start", "eval_before", "eval_after"],
+    "stage", "rl", ["rl", "warm_start", "eval_before", "eval_after", "select_stage2"],
     "With --slice=main or --slice=sub: 'rl' (M-GRPO, stage 2) or 'warm_start' (stage 1 of "
     "that agent alone: the noisy oracles' demonstrations, copy curriculum and SFT, saved "
     "under the run's warm_start folder). --slice=all runs every stage, starting each "
     "agent's warm start and RL as --slice=main|sub processes and each held-out "
-    "evaluation as a --slice=all --stage=eval_before|eval_after process.")
+    "evaluation as a --slice=all --stage=eval_before|eval_after process (and, with "
+    "curriculum.stage2_steps, the choice of stage 2's questions as a --slice=all "
+    "--stage=select_stage2 process).")
 _CONFIG = config_flags.DEFINE_config_file(
     "config", "configs/default.py",
     "Config file defining get_config(arg); 'path.py:arg' passes arg (a preset). Override "
@@ -163,7 +165,7 @@ def _distributed_config():
   if _STAGE.value == "warm_start" and _SLICE.value == "all":
     _fail(f"--stage={_STAGE.value} needs --slice=main or --slice=sub: --slice=all runs every "
           "stage")
-  if _STAGE.value.startswith("eval_") and _SLICE.value != "all":
+  if _STAGE.value in ("eval_before", "eval_after", "select_stage2") and _SLICE.value != "all":
     _fail(f"--stage={_STAGE.value} evaluates the whole system: it needs --slice=all")
   if distributed.mode != "single" and _SLICE.value == "all":
     _fail("--coordinator_address needs --slice=main or --slice=sub: each agent's slice is "

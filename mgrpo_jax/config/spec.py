@@ -206,6 +206,9 @@ SPEC: dict[str, Any] = {
                               low=1),
         "stage": Field("stage2", "Question mixture: stage1 (1-2 hops) or stage2 (2-4 hops).",
                        choices=("stage1", "stage2")),
+        "question_ids": Field("", "A JSON file of the training questions RL keeps: a list "
+                              "of ids, or an object with a list 'kept' (the two-stage "
+                              "curriculum's selection); empty: every training question."),
         "question_types": Field("", "Comma-separated question types of the stage to keep "
                                 "(training, demonstrations, evaluation), e.g. "
                                 "'lookup,puzzle'; empty: all of them."),
@@ -267,6 +270,21 @@ SPEC: dict[str, Any] = {
                                "`name=rate` comma-separated (symbolic world: "
                                "wrong_relation, wrong_tool, neighbour_value; natural: vague, "
                                "wrong_tool, skip_visit, wrong_extraction, wrong_page)."),
+    },
+    "curriculum": {
+        "stage2_steps": Field(0, "RL steps of the paper's stage 2 after this run's RL "
+                              "(`--slice=all`): a child run in <workdir>/stage2 that starts "
+                              "from this run's final agents and trains on the stage-2 "
+                              "training questions they succeed on at most "
+                              "success_threshold of the time (`slices/curriculum.py`); 0: "
+                              "no stage 2.", low=0),
+        "stage2_types": Field("", "Question types of stage 2 to keep, comma-separated "
+                              "(empty: all of world.stage=stage2's)."),
+        "success_samples": Field(4, "Sampled rollouts per stage-2 training question that "
+                                 "measure its success rate under the stage-1 agents.", low=1),
+        "success_threshold": Field(0.5, "Stage 2 keeps the training questions whose success "
+                                   "rate is at most this (the paper's low-success filter).",
+                                   low=0.0, high=1.0),
     },
     "eval": {
         "enabled": Field(False, "Evaluate on the held-out test world before and after RL "

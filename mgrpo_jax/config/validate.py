@@ -132,6 +132,9 @@ def _check_cross_keys(config: Mapping[str, Any]) -> None:
   if config["world"]["train_worlds"] > 1 and config["world"]["source"] != "generated":
     _fail("world.train_worlds", f"{config['world']['train_worlds']} worlds need generated "
           f"questions; world.source={config['world']['source']!r} has one questions file")
+  if config["curriculum"]["stage2_steps"] and config["world"]["source"] != "generated":
+    _fail("curriculum.stage2_steps", "stage 2 draws the generated world's stage-2 questions; "
+          f"world.source={config['world']['source']!r} has one questions file")
   checkpoint = config["checkpoint"]
   if checkpoint["keep"] < mgrpo["staleness"] + 1:
     _fail("checkpoint.keep", f"must be >= mgrpo.staleness + 1 = {mgrpo['staleness'] + 1} "

@@ -225,7 +225,7 @@ class Source:
       raise ValueError(f"Source.kind must be 'params' or 'state', got {self.kind!r}")
 
 
-def _agent(config, role: str, root: pathlib.Path, source: Source) -> Agent:
+def load_agent(config, role: str, root: pathlib.Path, source: Source) -> Agent:
   section = config[role]
   model, tokenizer = agent_setup.build_model(section, role, root, config)
   trainer = agent_setup.create_agent_state(model, section, role, config)
@@ -278,10 +278,10 @@ def evaluate_sources(config, root: str | pathlib.Path, sources: dict[str, Source
   questions = load_questions(world_path, config.world, str(config.world.stage),
                              split=split)[:int(config.eval.num_questions)]
   registry = agent_setup.tool_registry(world_path, config, world=_SPLIT_WORLDS[split])
-  main = _agent(config, "main", root, sources["main"])
+  main = load_agent(config, "main", root, sources["main"])
   sub = None
   if mode.sub_agent:
-    sub = main if mode.shared else _agent(config, "sub", root, sources["sub"])
+    sub = main if mode.shared else load_agent(config, "sub", root, sources["sub"])
   main_spec, sub_spec = agent_setup.agent_specs(config)
   rollout_config = agent_setup.rollout_config(config)
   rendering = world_rendering(config)

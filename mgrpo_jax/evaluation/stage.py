@@ -33,7 +33,7 @@ from mgrpo_jax.utils.atomic_files import atomic_write
 # parameters computes (`experiment.mode` enters as `Mode.rollouts`).
 _NOT_EVALUATED = ("experiment.name", "experiment.run_id", "experiment.mode",
                   "experiment.num_steps", "experiment.compilation_cache_dir", "logging.",
-                  "main.optim.", "sub.optim.", "main.loss.", "sub.loss.")
+                  "main.optim.", "sub.optim.", "main.loss.", "sub.loss.", "curriculum.")
 
 
 def _summary_path(paths: RunPaths, label: str) -> pathlib.Path:

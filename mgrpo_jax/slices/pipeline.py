@@ -19,6 +19,9 @@
               (`--slice=all --stage=eval_after`).
   report      PNG plots of the training curves and the before/after table, printed and
               written to `<local>/report/` (`mgrpo_jax.metrics.report`).
+  stage 2     (`curriculum.stage2_steps`) the paper's stage 2 on the stage-2 questions the
+              stage-1 agents fail most, as its own run in `<local>/stage2`
+              (`curriculum.py`), with its own evaluations and report.
 
 A stage whose output exists is skipped, so re-running the command after an interruption
 continues where it stopped (the RL stage resumes from its checkpoints). This process
@@ -44,6 +47,7 @@ from mgrpo_jax.evaluation.stage import (
 )
 from mgrpo_jax.metrics import machine, report
 from mgrpo_jax.scale.writers import log
+from mgrpo_jax.slices import curriculum
 from mgrpo_jax.store.folder import open_folder
 from mgrpo_jax.training.paths import RunPaths, warm_start_folder
 from mgrpo_jax.warm_start.stage import run_warm_start, with_init_checkpoints
@@ -130,6 +134,8 @@ def run_all(config, workdir: str, spawn) -> None:
   absl_logging.set_verbosity(absl_logging.WARNING)  # library INFO lines drown the stages
   paths = RunPaths.from_config(config, workdir)
   mode = parse_mode(str(config.experiment.mode))
+  if int(config.curriculum.stage2_steps):
+    curriculum.check_stage2(config, paths)
   before = after = None
   if config.warm_start.enabled:
     config = with_init_checkpoints(config, run_warm_start(config, paths, spawn))
@@ -153,3 +159,16 @@ def run_all(config, workdir: str, spawn) -> None:
   for line in written.table.splitlines():
     log(line)
   log(f"report: {', '.join(str(p) for p in written.files)}")
+  if int(config.curriculum.stage2_steps):
+    _run_stage2(config, workdir, spawn)
+
+
+def _run_stage2(config, workdir: str, spawn) -> None:
+  """The two-stage curriculum's stage 2 (`curriculum.py`): its questions chosen by a
+  `select_stage2` child (once), then its own run in `<workdir>/stage2`."""
+  paths = RunPaths.from_config(config, workdir)
+  folder = curriculum.stage2_folder(paths)
+  if not (folder / curriculum.SELECTION).exists():
+    spawn(config, workdir, ("all",), "select_stage2")
+  log(f"stage 2: {folder}")
+  run_all(curriculum.stage2_config(config, paths), str(folder), spawn)

@@ -8,7 +8,8 @@
         itself computes nothing on a device (`run_children`): each agent's warm start
         and RL slice as `launch/tpu_run.py --slice=main|sub --stage=...`, the
         evaluations as `--slice=all --stage=eval_before|eval_after`
-        (`pipeline.run_evaluation_stage`), with the same config (the validated config is
+        (`pipeline.run_evaluation_stage`), and the two-stage curriculum's selection as
+        `--slice=all --stage=select_stage2` (`curriculum.py`), with the same config (the validated config is
         written to `<local>/launch/config.py` and the gin bindings to
         `<local>/launch/bindings.gin`, so overrides and user components reach the children
         exactly), the same workdir and, unless `store.uri` is set, the local store under
@@ -36,8 +37,9 @@ from mgrpo_jax.training.paths import RunPaths
 from mgrpo_jax.utils.atomic_files import atomic_write
 
 SLICES = ("main", "sub", "all")
-STAGES = ("rl", "warm_start", "eval_before", "eval_after")
-EVAL_STAGES = ("eval_before", "eval_after")
+STAGES = ("rl", "warm_start", "eval_before", "eval_after", "select_stage2")
+# Stages of the whole system, each a `--slice=all --stage=...` child of the pipeline.
+EVAL_STAGES = ("eval_before", "eval_after", "select_stage2")
 _LAUNCHER = pathlib.Path(__file__).resolve().parents[2] / "launch" / "tpu_run.py"
 _CONFIG_FILE = '''"""The config of this run, written by run_slice('all') for its two slices."""
 
@@ -64,8 +66,12 @@ def run_slice(slice_name: str, config, workdir: str, stage: str = "rl") -> None:
     if slice_name != "all":
       raise ValueError(f"stage {stage!r} evaluates the whole system: slice 'all', got "
                        f"{slice_name!r}")
-    from mgrpo_jax.slices.pipeline import run_evaluation_stage
-    run_evaluation_stage(config, workdir, stage)
+    if stage == "select_stage2":
+      from mgrpo_jax.slices.curriculum import run_selection_stage
+      run_selection_stage(config, workdir)
+    else:
+      from mgrpo_jax.slices.pipeline import run_evaluation_stage
+      run_evaluation_stage(config, workdir, stage)
   elif stage == "warm_start":
     if slice_name not in ("main", "sub"):
       raise ValueError(f"stage 'warm_start' runs one agent: slice 'main' or 'sub', got "

@@ -23,6 +23,7 @@ calls and S's r_expert go to the world of the question they serve
 from __future__ import annotations
 
 import dataclasses
+import json
 import pathlib
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -93,7 +94,7 @@ def training_tasks(config, world_path: pathlib.Path) -> TrainingTasks:
   judge = rendering.expert_judge(train_world)
   num_worlds = int(world.train_worlds)  # > 1 only with generated questions (validate)
   if num_worlds == 1:
-    return TrainingTasks(built, registry, judge)
+    return _kept(TrainingTasks(built, registry, judge), str(world.question_ids))
   counts = question_counts(len(built), num_worlds, total_key=f"the {stage} training split",
                            worlds_key="world.train_worlds")
   folder = pathlib.Path(world_path) / "train_worlds"
@@ -117,9 +118,40 @@ def training_tasks(config, world_path: pathlib.Path) -> TrainingTasks:
     return registry if index == 0 else agent_setup.index_tool_registry(
         folder / f"world_{index}.sqlite", config)
 
-  return TrainingTasks(
+  return _kept(TrainingTasks(
       questions, TaskRoutedRegistry(world_of, open_world),
-      TaskRoutedJudge({qid: judges[index] for qid, index in world_of.items()}))
+      TaskRoutedJudge({qid: judges[index] for qid, index in world_of.items()})),
+      str(world.question_ids))
+
+
+def read_question_ids(path: str) -> list[str]:
+  """The ids of a `world.question_ids` file: a JSON list of ids, or an object whose
+  "kept" is one (the two-stage curriculum's selection); errors name the file."""
+  try:
+    data = json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
+  except (OSError, ValueError) as e:
+    raise ValueError(f"world.question_ids: cannot read {path!r}: {e}") from None
+  ids = data.get("kept") if isinstance(data, dict) else data
+  if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+    raise ValueError(f"world.question_ids: {path!r} holds no list of string ids "
+                     "(a JSON list, or an object with a list 'kept')")
+  return ids
+
+
+def _kept(tasks: TrainingTasks, ids_file: str) -> TrainingTasks:
+  """`tasks` with only the questions `ids_file` lists (all with no file); an id that is
+  not a training question, or an empty list, is an error naming the file."""
+  if not ids_file:
+    return tasks
+  ids = read_question_ids(ids_file)
+  known = {q.id for q in tasks.questions}
+  unknown = sorted(set(ids) - known)
+  if unknown or not ids:
+    raise ValueError(f"world.question_ids: {ids_file!r} "
+                     + (f"names {len(unknown)} ids that are not training questions of this "
+                        f"world and stage, e.g. {unknown[0]!r}" if unknown else "is empty"))
+  wanted = set(ids)
+  return dataclasses.replace(tasks, questions=[q for q in tasks.questions if q.id in wanted])
 
 
 def ensure_world_index(rendering, source, path: pathlib.Path) -> None:

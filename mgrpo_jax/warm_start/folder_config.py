@@ -32,7 +32,7 @@ CONFIG_NAME = "warm_start_config.json"
 NOT_WARM_STARTED = (
     "experiment.name", "experiment.run_id", "experiment.mode", "experiment.num_steps",
     "experiment.compilation_cache_dir", "logging.", "eval.", "serving.", "store.",
-    "checkpoint.", "rewards.", "warm_start.dir",
+    "checkpoint.", "rewards.", "curriculum.", "warm_start.dir",
     "mgrpo.queries_per_step", "mgrpo.rollouts_per_query", "mgrpo.aligned_sub_calls",
     "mgrpo.alignment", "mgrpo.advantage_std", "mgrpo.advantage_eps", "mgrpo.staleness",
     "mgrpo.queue_calls", "mgrpo.queue_group",

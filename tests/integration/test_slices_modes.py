@@ -1,9 +1,11 @@
-"""Modes through `launch/tpu_run.py --slice=all`: frozen_sub and shared_policy.
+"""Modes through `launch/tpu_run.py --slice=all`: frozen_sub, shared_policy, unsynchronized.
 
 frozen_sub: S is served and acknowledged every step but never updated: its checkpoint
 equals a fresh seeded init of S bitwise, and its acks report 0 updates. shared_policy:
 no sub slice (it exits at once), one policy whose update batch holds M's rows and the
 aligned S rows of the step (the update's token count is the sum of both).
+unsynchronized: S trains on the front of a FIFO of earlier steps' calls, carried across
+steps and across a restart in its write-ahead file.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from flax import nnx
 
 from mgrpo_jax.config import apply_overrides
 from mgrpo_jax.metrics.writer import read_metrics
+from mgrpo_jax.slices import sub_queue
 from mgrpo_jax.store import open_store
+from mgrpo_jax.store.folder import open_folder
 from mgrpo_jax.store.schema import SliceAck, ack_key
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.paths import RunPaths
@@ -81,3 +85,29 @@ def test_shared_policy_trains_one_policy_on_both_roles(tmp_path):
   for m in metrics:
     assert m["main/update/num_tokens"] == m["shared/main_tokens"] + m["shared/sub_tokens"]
   assert any(m["shared/sub_tokens"] > 0 for m in metrics)
+
+
+def test_unsynchronized_trains_s_from_a_fifo_of_earlier_steps_calls(tmp_path):
+  """Two calls a step leave the queue: step 0 trains on nothing (no earlier calls), each
+  later step on the two oldest, and the backlog is every call made minus those taken.
+  Extending the run resumes from the queue file and keeps the same accounting."""
+  workdir = tmp_path / "run"
+  overrides = ("--config.experiment.mode=unsynchronized", "--config.mgrpo.queue_calls=2",
+               "--config.mgrpo.queue_group=2")
+  for steps in (2, 3):
+    result = trainer_harness.launch(workdir, f"--config.experiment.num_steps={steps}",
+                                    *overrides)
+    assert result.returncode == 0, result.stdout[-4000:]
+  lines = read_metrics(workdir / "logs" / "sub" / "metrics.jsonl")
+  assert [m["step"] for m in lines] == [0, 1, 2]
+  backlog = 0.0
+  for m in lines:
+    assert m["sub/queue_taken"] == min(2.0, backlog)
+    assert m["sub/valid_slots"] == m["sub/queue_taken"]
+    assert (m["sub/queue_age_mean"] >= 1.0) == (m["sub/queue_taken"] > 0)
+    backlog = m["sub/queue_backlog"]
+  queue = sub_queue.SubCallQueue(open_folder(str(workdir / "sub" / "queue"))).load(3)
+  assert len(queue) == backlog and [c.step for c in queue] == sorted(c.step for c in queue)
+  assert all(0 <= c.record.expert <= 1 and c.record.main_correct in (0.0, 1.0) for c in queue)
+  _, step = _params(workdir, "sub")
+  assert step == 3

@@ -63,21 +63,54 @@ def test_paper_comparison_is_arms_by_seeds_with_run_ids():
   sweep = load_sweep("configs/sweeps/paper_comparison.py", root=ROOT)
   assert sweep.name == "paper_comparison"
   assert sweep.base_config == "configs/local_demo.py"
-  arms = ("mgrpo", "frozen_sub", "single_agent", "single_agent_long", "shared_policy",
-          "no_alignment")
+  arms = ("mgrpo", "frozen_sub", "single_agent_long")
   expected = [(arm, seed) for arm in arms for seed in (0, 1, 2)]
   assert [run.name for run in sweep.runs] == [f"{a}-s{s}" for a, s in expected]
-  modes = {arm: arm for arm in arms} | {"single_agent_long": "single_agent"}
+  single = {"experiment.mode": "single_agent", "warm_start.budget": "team_tokens",
+            "warm_start.learning_rate": 3e-3, "main.limits.max_context": 1024,
+            "main.optim.micro_batch_size": 8, "main.limits.shortest_train_length": 128}
   for run, (arm, seed) in zip(sweep.runs, expected, strict=True):
-    team = "multi" if arm in ("mgrpo", "frozen_sub", "no_alignment") else arm
-    budget = ({"main.limits.max_context": 1024, "main.optim.micro_batch_size": 8,
-               "main.limits.shortest_train_length": 128}
-              if arm == "single_agent_long" else {})
-    assert dict(run.overrides) == {"experiment.mode": modes[arm], "experiment.seed": seed,
+    team = "multi" if arm in ("mgrpo", "frozen_sub") else arm
+    own = single if arm == "single_agent_long" else {"experiment.mode": arm}
+    assert dict(run.overrides) == {**own, "experiment.seed": seed,
                                    "experiment.name": arm, "experiment.run_id": run.name,
                                    "warm_start.dir": f"../warm_start/{team}-s{seed}",
-                                   "experiment.compilation_cache_dir": "../jax_cache",
-                                   **budget}
+                                   "experiment.compilation_cache_dir": "../jax_cache"}
+
+
+def test_the_other_comparison_tables_share_its_workdir_and_warm_starts():
+  """Every arm, the synchronization arms: runs of the same name are the same runs, and
+  every team arm starts from the team's warm start of its seed."""
+  core = {run.name: dict(run.overrides)
+          for run in load_sweep("configs/sweeps/paper_comparison.py", root=ROOT).runs}
+  arms = load_sweep("configs/sweeps/paper_arms.py", root=ROOT)
+  sync = load_sweep("configs/sweeps/synchronization.py", root=ROOT)
+  assert arms.name == sync.name == "paper_comparison"
+  names = [run.name for run in arms.runs]
+  assert [n for n in names if n.startswith("no_alignment")] == [
+      f"no_alignment-s{s}" for s in range(5)]
+  assert {"single_agent-s2", "shared_policy-s0", "mgrpo-s4"} <= set(names)
+  for run in arms.runs + sync.runs:
+    overrides = dict(run.overrides)
+    if run.name in core:
+      assert overrides == core[run.name], run.name
+    if overrides["experiment.mode"] not in ("single_agent", "shared_policy"):
+      assert overrides["warm_start.dir"] == f"../warm_start/multi-s{overrides['experiment.seed']}"
+  staleness = {run.name: dict(run.overrides) for run in sync.runs}
+  assert staleness["staleness4-s1"]["mgrpo.staleness"] == 4
+  assert staleness["staleness4-s1"]["checkpoint.keep"] == 5
+  assert staleness["unsynchronized-s0"]["experiment.mode"] == "unsynchronized"
+
+
+def test_alignment_mix_batches_the_delegation_mix_three_ways_at_two_d():
+  sweep = load_sweep("configs/sweeps/alignment_mix.py", root=ROOT)
+  assert sweep.base_config == "configs/local_demo.py:delegations" and len(sweep.runs) == 18
+  by_name = {run.name: dict(run.overrides) for run in sweep.runs}
+  assert by_name["mask-d3-s2"]["mgrpo.alignment"] == "mask"
+  assert by_name["mask-d3-s2"]["mgrpo.aligned_sub_calls"] == 3
+  assert by_name["no_alignment-d6-s0"]["experiment.mode"] == "no_alignment"
+  assert {o["warm_start.dir"] for o in by_name.values()} == {
+      f"../warm_start/delegations-s{s}" for s in range(3)}
 
 
 def test_learning_rate_sweep_is_main_by_sub_by_seed():

@@ -1,0 +1,141 @@
+"""The paper's two-stage curriculum (its section 5.1): stage 2 on what stage 1 cannot do.
+
+With `curriculum.stage2_steps` = N2 > 0, `--slice=all` runs, after this run's stages
+(stage 1: warm start, RL on `world.stage`, evaluations, report):
+
+  select   (a `--slice=all --stage=select_stage2` child) the stage-1 agents' final
+           weights become parameter checkpoints `<workdir>/stage2/init/<role>`; each
+           training question of stage 2 (`world.stage=stage2`, `curriculum.stage2_types`)
+           is rolled out `curriculum.success_samples` times at the agents' sampling
+           temperature, and the questions answered right at most
+           `curriculum.success_threshold` of the time are kept
+           (`tasks.questions.low_success_filter`): `<workdir>/stage2/selection.json`
+           holds every question's success rate and the kept ids;
+  stage 2  a child run in `<workdir>/stage2` (`stage2_config`): no warm start, the agents
+           start from `stage2/init`, RL for N2 steps on the kept questions only
+           (`world.question_ids`), evaluated on stage 2's held-out questions before (the
+           stage-1 agents) and after, with its own report.
+
+The paper measures stage 2's success under the untrained system; the released code's
+documents describe "selected low-success queries" for its second session. Here the
+stage-1 policy's own success rates select them, so stage 2 trains where stage 1 left
+the most to learn.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import pathlib
+
+import numpy as np
+
+from mgrpo_jax.config.modes import parse_mode
+from mgrpo_jax.evaluation import held_out
+from mgrpo_jax.scale.writers import log
+from mgrpo_jax.tasks.questions import low_success_filter
+from mgrpo_jax.training import agent_setup
+from mgrpo_jax.training.checkpoint import AgentCheckpointer, save_params
+from mgrpo_jax.training.data import ensure_world, question_mixture, world_rendering
+from mgrpo_jax.training.paths import RunPaths
+from mgrpo_jax.training.train_worlds import training_tasks
+from mgrpo_jax.utils.atomic_files import atomic_write
+
+STAGE2 = "stage2"
+SELECTION = "selection.json"
+
+
+def stage2_folder(paths: RunPaths) -> pathlib.Path:
+  """`<workdir>/stage2`: stage 2's run folder (local: stage 2 reads its init from it)."""
+  return paths.local / STAGE2
+
+
+def stage2_config(config, paths: RunPaths, *, selected: bool = True):
+  """Stage 2's config: stage-2 questions (of `curriculum.stage2_types`; with `selected`,
+  only the kept ones), `curriculum.stage2_steps` RL steps from the stage-1 agents, no
+  warm start, the run id `<run_id>-stage2`, the stage-1 run's tokenizer."""
+  config = copy.deepcopy(config)
+  folder = stage2_folder(paths)
+  config.world.stage = STAGE2
+  config.world.question_types = str(config.curriculum.stage2_types)
+  config.world.question_ids = str(folder / SELECTION) if selected else ""
+  config.experiment.run_id = f"{config.experiment.run_id}-{STAGE2}"
+  config.experiment.num_steps = int(config.curriculum.stage2_steps)
+  config.curriculum.stage2_steps = 0
+  config.warm_start.enabled = False
+  config.warm_start.dir = ""
+  for role in parse_mode(str(config.experiment.mode)).agents:
+    config[role].model.init_checkpoint = str(folder / "init" / role)
+    if not config[role].model.tokenizer:
+      config[role].model.tokenizer = str(paths.local / "data" / "tokenizer")
+  return config
+
+
+def check_stage2(config, paths: RunPaths) -> None:
+  """Fails before stage 1 (a ValueError naming the key) when stage 2's question types are
+  not in the rendering's stage-2 mixture."""
+  question_mixture(stage2_config(config, paths, selected=False).world)
+
+
+def run_selection_stage(config, workdir: str) -> dict:
+  """The `select` stage (module docstring), in its own process; returns the selection."""
+  paths = RunPaths.from_config(config, workdir)
+  folder = stage2_folder(paths)
+  mode = parse_mode(str(config.experiment.mode))
+  for role in mode.agents:
+    _export_final_params(config, role, paths, folder / "init" / role)
+  candidates = stage2_config(config, paths, selected=False)
+  tasks = training_tasks(candidates, ensure_world(paths.local, candidates.world))
+  rates = success_rates(candidates, paths.local, tasks,
+                        {role: held_out.Source(str(folder / "init" / role), "params")
+                         for role in mode.agents})
+  curriculum = config.curriculum
+  by_id = {q.id: q for q in tasks.questions}
+  kept = low_success_filter(tasks.questions, lambda q: rates[q.id],
+                            float(curriculum.success_threshold))
+  selection = {"threshold": float(curriculum.success_threshold),
+               "samples": int(curriculum.success_samples),
+               "candidates": len(tasks.questions), "kept": [q.id for q in kept],
+               "mean_rate": float(np.mean(list(rates.values()))),
+               "rates": {qid: rates[qid] for qid in by_id}}
+  atomic_write(folder / SELECTION, json.dumps(selection, indent=1).encode())
+  log(f"stage 2: kept {len(kept)} of {len(tasks.questions)} stage-2 training questions "
+      f"(success rate <= {selection['threshold']} under the stage-1 agents, mean "
+      f"{selection['mean_rate']:.3f})")
+  return selection
+
+
+def success_rates(config, root: pathlib.Path, tasks, sources: dict[str, held_out.Source]
+                  ) -> dict[str, float]:
+  """{question id: fraction of `curriculum.success_samples` sampled rollouts answered
+  right} of `tasks.questions` under the agents `sources` names."""
+  mode = parse_mode(str(config.experiment.mode))
+  main = held_out.load_agent(config, "main", root, sources["main"])
+  sub = None
+  if mode.sub_agent:
+    sub = main if mode.shared else held_out.load_agent(config, "sub", root, sources["sub"])
+  main_spec, sub_spec = agent_setup.agent_specs(config)
+  result = held_out.evaluate(
+      mode, main, sub, tasks.registry, agent_setup.rollout_config(config), tasks.questions,
+      samples=int(config.curriculum.success_samples),
+      key=agent_setup.derive_seed(int(config.experiment.seed), "stage2_selection"),
+      main_spec=main_spec, sub_spec=sub_spec, rendering=world_rendering(config))
+  outcomes: dict[str, list[float]] = {q.id: [] for q in tasks.questions}
+  for record in result.main:
+    outcomes[record.query_id].append(float(record.correct))
+  return {qid: float(np.mean(values)) for qid, values in outcomes.items()}
+
+
+def _export_final_params(config, role: str, paths: RunPaths, out: pathlib.Path) -> None:
+  """The newest RL checkpoint of `role` as a parameter checkpoint in `out` (kept)."""
+  if (out / "0").exists():
+    return
+  model, _ = agent_setup.build_model(config[role], role, paths.local, config)
+  trainer = agent_setup.create_agent_state(model, config[role], role, config)
+  with AgentCheckpointer(paths.checkpoints(role), trainer.layout) as checkpointer:
+    restored = checkpointer.restore()
+  if restored is None:
+    raise FileNotFoundError(f"stage 2: no {role} checkpoint of stage 1 in "
+                            f"{paths.checkpoints(role)}")
+  state, _ = restored
+  save_params(out, state.params, metadata={"stage1_step": int(state.step)})
