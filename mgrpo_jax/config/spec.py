@@ -154,6 +154,11 @@ def _agent_spec(role: str, preset: str) -> dict[str, Any]:
           "kl_coef": Field(0.0, "Weight of the KL penalty to the frozen reference policy.",
                            low=0.0),
           "kl_estimator": Field("k3", "KL estimator.", choices=("k1", "k2", "k3")),
+          "entropy_coef": Field(0.0, "The loss adds -entropy_coef x the policy's entropy at "
+                                "the sampled tokens (reduced as the policy loss): > 0 "
+                                "rewards entropy (exploration), < 0 penalizes it, which "
+                                "sharpens the sampled policy toward its greedy choices.",
+                                low=-1.0, high=1.0),
       },
       "mesh": {
           "data": Field(1, f"Data-parallel axis size of {role}'s mesh.", low=1),

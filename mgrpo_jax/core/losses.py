@@ -271,6 +271,17 @@ def _resolve_max_len(max_len: int | None, t: int) -> int:
   return int(max_len)
 
 
+def reduce_tokens(values: jax.Array, loss_mask: jax.Array, normalizer: jax.Array, *,
+                  aggregation: str, weights: jax.Array, max_len: int) -> jax.Array:
+  """Any per-token quantity [N, T] reduced as the policy loss is (`aggregation`'s
+  numerator over the masked tokens, each row counted w_i times, divided by the full
+  batch's `normalizer`), so micro-batches add up to the full batch's value."""
+  mask = jnp.asarray(loss_mask, jnp.float32)
+  numerator, _ = AGGREGATIONS.get(aggregation)(jnp.where(mask > 0, values, 0.0), mask,
+                                               jnp.asarray(weights, jnp.float32), max_len)
+  return numerator / jnp.where(normalizer != 0, normalizer, 1.0)
+
+
 def loss_normalizer(loss_mask: Any, *, aggregation: str = "seq_mean_token_mean",
                     weights: Any = None, max_len: int | None = None) -> jax.Array:
   """The denominator of `aggregation` over a whole batch (for exact micro-batching).

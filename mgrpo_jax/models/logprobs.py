@@ -36,9 +36,25 @@ def logprobs_from_logits(logits: jax.Array, targets: jax.Array,
   return picked - lse
 
 
+def entropy_from_logits(logits: jax.Array, temperature: float | jax.Array = 1.0) -> jax.Array:
+  """H = -sum_v p_v log p_v of softmax(logits / temperature); logits [..., V] -> [...]."""
+  scaled = logits.astype(jnp.float32) / temperature
+  lse = checkpoint_name(jax.nn.logsumexp(scaled, axis=-1), _LOGSUMEXP)
+  return lse - jnp.sum(jax.nn.softmax(scaled, axis=-1) * scaled, axis=-1)
+
+
+def _scores(logits: jax.Array, targets: jax.Array, temperature: float | jax.Array,
+            with_entropy: bool) -> jax.Array | tuple[jax.Array, jax.Array]:
+  """Log-probs of `targets`, and with `with_entropy` the entropies of the distributions."""
+  logp = logprobs_from_logits(logits, targets, temperature)
+  return (logp, entropy_from_logits(logits, temperature)) if with_entropy else logp
+
+
 def _chunked_logprobs(model: Transformer, hidden: jax.Array, targets: jax.Array,
-                      temperature: float | jax.Array, chunk: int) -> jax.Array:
-  """Log-probs of `targets` [B, S] after the final-normed `hidden` [B, S, D], c at a time.
+                      temperature: float | jax.Array, chunk: int, with_entropy: bool = False
+                      ) -> jax.Array | tuple[jax.Array, jax.Array]:
+  """Log-probs of `targets` [B, S] after the final-normed `hidden` [B, S, D], c at a time
+  (and their distributions' entropies [B, S] with `with_entropy`).
 
   S is padded up to a multiple of c (the padded positions are dropped); each chunk's
   logits are recomputed in the backward pass, its logsumexp [B, c] is kept.
@@ -54,17 +70,18 @@ def _chunked_logprobs(model: Transformer, hidden: jax.Array, targets: jax.Array,
 
   @functools.partial(jax.checkpoint,
                      policy=jax.checkpoint_policies.save_only_these_names(_LOGSUMEXP))
-  def one_chunk(h_and_t: tuple[jax.Array, jax.Array]) -> jax.Array:
+  def one_chunk(h_and_t: tuple[jax.Array, jax.Array]):
     h, t = h_and_t  # [B, c, D], [B, c]
-    return logprobs_from_logits(model.logits_from_hidden(h), t, temperature)
+    return _scores(model.logits_from_hidden(h), t, temperature, with_entropy)
 
-  lp = jax.lax.map(one_chunk, (hidden, targets))  # [count, B, c]
-  return jnp.swapaxes(lp, 0, 1).reshape(b, count * chunk)[:, :s]
+  scores = jax.lax.map(one_chunk, (hidden, targets))  # [count, B, c] (each)
+  return jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1).reshape(b, count * chunk)[:, :s], scores)
 
 
 def token_logprobs(model: Transformer, ids: jax.Array, attention_mask: jax.Array | None = None,
                    temperature: float | jax.Array = 1.0, *, chunk: int = DEFAULT_CHUNK,
-                   remat: str = "none") -> jax.Array:
+                   remat: str = "none", with_entropy: bool = False
+                   ) -> jax.Array | tuple[jax.Array, jax.Array]:
   """Log-probability of each token given the tokens before it.
 
   Args:
@@ -75,20 +92,27 @@ def token_logprobs(model: Transformer, ids: jax.Array, attention_mask: jax.Array
     chunk: positions per LM-head chunk (0: all T at once, the full logits [B, T, V]).
     remat: what each decoder block keeps for the backward pass
       (`transformer.REMAT_POLICIES`).
+    with_entropy: also return the entropy of each position's distribution.
 
   Returns:
     float32 [B, T]; entry t is log p(ids[t] | ids[<t]); 0 where there is no context
-    (t = 0, padding, or the first real token).
+    (t = 0, padding, or the first real token). With `with_entropy`, (that, entropy
+    [B, T]) where entropy[t] = H(p(. | ids[<t])), the distribution ids[t] was drawn
+    from (0 where there is no context).
   """
   if chunk < 0:
     raise ValueError(f"chunk must be >= 0 (0: no chunking), got {chunk}")
   ids = jnp.asarray(ids, jnp.int32)
   hidden = model.hidden_states(ids, attention_mask, remat=remat)[:, :-1]
   if chunk:
-    lp = _chunked_logprobs(model, hidden, ids[:, 1:], temperature, chunk)
+    scores = _chunked_logprobs(model, hidden, ids[:, 1:], temperature, chunk, with_entropy)
   else:
-    lp = logprobs_from_logits(model.logits_from_hidden(hidden), ids[:, 1:], temperature)
-  if attention_mask is not None:
-    valid = jnp.asarray(attention_mask) != 0
-    lp = jnp.where(valid[:, 1:] & valid[:, :-1], lp, 0.0)
-  return jnp.concatenate([jnp.zeros_like(lp[:, :1]), lp], axis=1)
+    scores = _scores(model.logits_from_hidden(hidden), ids[:, 1:], temperature, with_entropy)
+
+  def aligned(x: jax.Array) -> jax.Array:
+    if attention_mask is not None:
+      valid = jnp.asarray(attention_mask) != 0
+      x = jnp.where(valid[:, 1:] & valid[:, :-1], x, 0.0)
+    return jnp.concatenate([jnp.zeros_like(x[:, :1]), x], axis=1)
+
+  return jax.tree.map(aligned, scores)

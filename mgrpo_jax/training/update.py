@@ -54,6 +54,7 @@ from mgrpo_jax.core.losses import (
   RATIO_MODES,
   loss_normalizer,
   policy_loss,
+  reduce_tokens,
 )
 from mgrpo_jax.models.logprobs import DEFAULT_CHUNK, token_logprobs
 from mgrpo_jax.models.sharding import batch_sharding
@@ -77,6 +78,9 @@ _CPU_COMPILER_OPTIONS = {"xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OP
 _SUMMED = ("loss", "pg_loss", "num_tokens")
 _MIN = ("ratio_min",)
 _MAX = ("ratio_max", "logp_diff_max")
+# Metrics a loss call returns as sums over its tokens (each row's w_i times), which the
+# step divides by its tokens: |sampler - trainer log-prob| and the policy's entropy.
+_TOKEN_SUMS = ("logp_diff_mean", "entropy")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -93,6 +97,8 @@ class LossConfig:
     clip_ratio_c: optional dual-clip bound (> 1) for negative advantages.
     max_len: the constant length of "seq_mean_token_sum_norm"; set it (e.g. to the
       context budget) so the loss does not depend on the length bucket (default T).
+    entropy_coef: the loss adds -entropy_coef x H(pi_theta) at the loss tokens, reduced
+      as the policy loss (> 0: an exploration bonus; < 0: sharpens the policy).
   """
 
   clip_low: float = 0.2
@@ -103,6 +109,7 @@ class LossConfig:
   kl_estimator: str = "k3"
   clip_ratio_c: float | None = None
   max_len: int | None = None
+  entropy_coef: float = 0.0
 
   def __post_init__(self):
     if self.ratio not in RATIO_MODES:
@@ -128,7 +135,8 @@ class LossConfig:
     return cls(clip_low=float(loss["clip_low"]), clip_high=float(loss["clip_high"]),
                ratio=str(loss["ratio"]), aggregation=str(loss["aggregation"]),
                kl_coef=float(loss["kl_coef"]), kl_estimator=str(loss["kl_estimator"]),
-               clip_ratio_c=float(loss["clip_ratio_c"]) or None, max_len=max_len)
+               clip_ratio_c=float(loss["clip_ratio_c"]) or None, max_len=max_len,
+               entropy_coef=float(loss["entropy_coef"]))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -247,7 +255,7 @@ def _weighted(metrics: dict[str, jax.Array]) -> dict[str, jax.Array]:
       out[name] = jnp.where(tokens > 0, value, jnp.inf)
     elif name in _MAX:
       out[name] = jnp.where(tokens > 0, value, -jnp.inf)
-    elif name in _SUMMED or name == "logp_diff_mean":
+    elif name in _SUMMED or name in _TOKEN_SUMS:
       out[name] = value
     else:
       out[name] = value * tokens
@@ -276,8 +284,10 @@ def _loss_fn(layout: StateLayout, config: UpdateConfig, normalizer: jax.Array,
   def loss_fn(params: nnx.State, batch: TrainBatch
               ) -> tuple[jax.Array, dict[str, jax.Array]]:
     model = nnx.merge(layout.graphdef, params)
-    logp = token_logprobs(model, batch.ids, temperature=config.temperature,
-                          chunk=config.logprob_chunk, remat=config.remat)
+    scores = token_logprobs(model, batch.ids, temperature=config.temperature,
+                            chunk=config.logprob_chunk, remat=config.remat,
+                            with_entropy=bool(loss_config.entropy_coef))
+    logp, entropy = scores if loss_config.entropy_coef else (scores, None)
     old_logp = (batch.old_logp if config.old_logp == "sampler"
                 else jax.lax.stop_gradient(logp))
     ref_logp = None
@@ -293,9 +303,15 @@ def _loss_fn(layout: StateLayout, config: UpdateConfig, normalizer: jax.Array,
         kl_coef=loss_config.kl_coef if ref_logp is not None else 0.0,
         kl_estimator=loss_config.kl_estimator, weights=batch.weights,
         clip_ratio_c=loss_config.clip_ratio_c, normalizer=normalizer, max_len=max_len)
+    weights = jnp.asarray(batch.weights, jnp.float32)
+    if entropy is not None:
+      loss = loss - loss_config.entropy_coef * reduce_tokens(
+          entropy, batch.loss_mask, normalizer, aggregation=loss_config.aggregation,
+          weights=weights, max_len=max_len)
+      metrics = dict(metrics, entropy=jnp.sum(jax.lax.stop_gradient(entropy)
+                                              * batch.loss_mask * weights[:, None]))
     metrics = dict(metrics, loss=loss,
-                   **_mismatch_sums(logp, batch.old_logp, batch.loss_mask,
-                                    jnp.asarray(batch.weights, jnp.float32)))
+                   **_mismatch_sums(logp, batch.old_logp, batch.loss_mask, weights))
     return loss, _weighted(metrics)
 
   return loss_fn

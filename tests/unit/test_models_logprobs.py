@@ -117,3 +117,32 @@ def test_bad_chunk_and_remat_are_rejected(tiny):
     token_logprobs(tiny, ids, chunk=-1)
   with pytest.raises(ValueError, match="remat must be one of"):
     token_logprobs(tiny, ids, remat="everything")
+
+
+@pytest.mark.parametrize("chunk", [0, 5])
+def test_entropy_is_each_positions_distribution_and_chunks_change_nothing(tiny, chunk):
+  """entropy[t] = H(softmax(logits[t - 1])), the distribution ids[t] was drawn from; 0
+  where there is no context; its gradient through chunks equals the full logits'."""
+  ids = np.random.default_rng(3).integers(0, 256, (2, 9)).astype(np.int32)
+  mask = np.ones_like(ids)
+  mask[1, :3] = 0
+  graphdef, params = nnx.split(tiny)
+
+  @jax.jit
+  def scores(params, ids, mask):
+    return token_logprobs(nnx.merge(graphdef, params), ids, mask, chunk=chunk,
+                          with_entropy=True)
+
+  logp, entropy = scores(params, ids, mask)
+  logits = np.asarray(tiny(jnp.asarray(ids), jnp.asarray(mask)), np.float64)
+  log_softmax = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+  want = -(np.exp(log_softmax) * log_softmax).sum(-1)[:, :-1]
+  valid = (mask[:, 1:] != 0) & (mask[:, :-1] != 0)
+  np.testing.assert_allclose(entropy[:, 1:], np.where(valid, want, 0.0), atol=1e-5)
+  assert not np.asarray(entropy[:, 0]).any() and not np.asarray(entropy[1, 1:3]).any()
+  np.testing.assert_allclose(logp, _logprobs(tiny, ids, mask, chunk), atol=1e-6)
+  grad = jax.grad(lambda p, c: jnp.sum(token_logprobs(
+      nnx.merge(graphdef, p), ids, mask, chunk=c, with_entropy=True)[1]), argnums=0)
+  for a, b in zip(jax.tree.leaves(grad(params, chunk)), jax.tree.leaves(grad(params, 0)),
+                  strict=True):
+    np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-4)

@@ -121,6 +121,45 @@ def test_metrics_match_an_independent_computation(setup):
   assert int(state.step) == 1
 
 
+def _entropy(model, ids: np.ndarray) -> np.ndarray:
+  """H of each position's next-token distribution, aligned as token_logprobs: [N, T]."""
+  logits = np.asarray(nnx.jit(lambda m, x: m(x))(model, ids), np.float64)[:, :-1]
+  logp = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)
+                         ) - logits.max(-1, keepdims=True)
+  entropy = -(np.exp(logp) * logp).sum(-1)
+  return np.concatenate([np.zeros((ids.shape[0], 1)), entropy], axis=1)
+
+
+@pytest.mark.parametrize("coef", [-0.05, 0.05])
+def test_the_entropy_term_is_reduced_as_the_loss_and_moves_the_entropy_its_way(setup, coef):
+  """loss = pg_loss - coef * H reduced as the policy loss (seq_mean_token_mean over the
+  weighted rows); the same over micro-batches; an SGD-like step with coef < 0 lowers the
+  entropy at the batch's tokens, coef > 0 raises it (advantages 0: nothing else moves)."""
+  layout, host, _ = setup
+  config = UpdateConfig(loss=LossConfig(entropy_coef=coef))
+  schedule = learning_rate_schedule(OptimizerConfig(learning_rate=3e-2, warmup_steps=0))
+  update = make_update_fn(layout, config, N, learning_rate=schedule)
+  micro = make_update_fn(layout, UpdateConfig(loss=LossConfig(entropy_coef=coef),
+                                              micro_batch_size=2), N, learning_rate=schedule)
+  batch = _batch(6).replace(advantages=np.zeros(N, np.float32))
+  model = layout.model(_fresh(layout, host))
+  entropy = _entropy(model, batch.ids)
+  mask = batch.loss_mask > 0
+  rows = [i for i in range(N) if mask[i].any() and batch.weights[i] > 0]
+  per_row = {i: entropy[i][mask[i]].mean() for i in rows}
+  reduced = sum(batch.weights[i] * per_row[i] for i in rows) / sum(batch.weights[i] for i in rows)
+  token_weight = mask * batch.weights[:, None]
+  state, metrics = update(_fresh(layout, host), batch)
+  _, metrics_micro = micro(_fresh(layout, host), batch)
+  np.testing.assert_allclose(metrics["loss"], -coef * reduced, rtol=1e-4)
+  np.testing.assert_allclose(metrics_micro["loss"], metrics["loss"], rtol=1e-5)
+  np.testing.assert_allclose(metrics["entropy"], (entropy * token_weight).sum()
+                             / token_weight.sum(), rtol=1e-4)
+  after = _entropy(layout.model(state), batch.ids)
+  change = ((after - entropy) * token_weight).sum() / token_weight.sum()
+  assert np.sign(change) == np.sign(coef) and abs(change) > 1e-3
+
+
 def test_loss_decreases_and_favoured_tokens_gain_probability(setup):
   layout, host, full = setup
   state = _fresh(layout, host)
@@ -226,7 +265,7 @@ def test_bad_batches_and_options_are_rejected(setup):
     make_update_fn(layout, UpdateConfig.from_config(
         {"loss": {"clip_low": 0.2, "clip_high": 0.28, "ratio": "token",
                   "aggregation": "token_mean", "kl_coef": 0.1, "kl_estimator": "k3",
-                  "clip_ratio_c": 0.0, "old_logp": "sampler"},
+                  "clip_ratio_c": 0.0, "old_logp": "sampler", "entropy_coef": 0.0},
          "optim": {"micro_batch_size": 0, "iterations": 1}, "limits": {"max_context": 64},
          "model": {"logprob_chunk": 64, "remat": "none"}}),
         N)
