@@ -35,6 +35,10 @@ summarizes:
                      same test questions that the agent's greedy decoding would write
                      from the demonstrated history (`turn_accuracy.py`): each turn of
                      the chain alone, without sampling noise.
+  demonstrated_turn_accuracy
+                     the same on the turns of the warm start's noisy oracles (its
+                     demonstrations' mistakes and all): how closely the agent imitates
+                     what it was fine-tuned on.
 
 `evaluate_sources` builds the policies from orbax checkpoints (the warm start's
 parameters, or the RL run's latest state) so the same numbers come out for any stage.
@@ -64,7 +68,7 @@ from mgrpo_jax.tasks.oracle import Action
 from mgrpo_jax.tasks.renderings import NATURAL, Rendering
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.checkpoint import AgentCheckpointer, restore_params
-from mgrpo_jax.training.data import ensure_world, load_questions, world_rendering
+from mgrpo_jax.training.data import ensure_world, load_questions, noisy_oracles, world_rendering
 from mgrpo_jax.warm_start.demonstrations import collect_demonstrations
 
 NUM_EXAMPLES = 2
@@ -247,14 +251,18 @@ def load_agent(config, role: str, root: pathlib.Path, source: Source) -> Agent:
 
 def held_out_turn_accuracy(mode: str | Mode, agents: dict[str, Agent], registry, rollout_config,
                            questions: Sequence[Any], *, main_spec: specs.AgentSpec,
-                           sub_spec: specs.AgentSpec, rendering: Rendering = NATURAL
+                           sub_spec: specs.AgentSpec, rendering: Rendering = NATURAL,
+                           oracles: tuple[Any, Any] | None = None
                            ) -> dict[str, dict[str, float]]:
-  """`turn_accuracy` of each agent in `agents` ("main", "sub") on the clean oracles'
-  trajectories of `questions` (the single agent's: M's oracle with S's inline)."""
+  """`turn_accuracy` of each agent in `agents` ("main", "sub") on the trajectories of
+  `questions` played by `oracles` (M's and S's scripted policies; default the clean
+  ones), the single agent's being M's oracle with S's inline."""
   mode = parse_mode(mode)
+  main_oracle, sub_oracle = oracles or (rendering.main_oracle(0.0, 0),
+                                        rendering.sub_oracle(0.0, 0))
   demos = collect_demonstrations(
       agents["main"].tokenizer, registry, rollout_config, questions,
-      main_oracle=rendering.main_oracle(0.0, 0), sub_oracle=rendering.sub_oracle(0.0, 0),
+      main_oracle=main_oracle, sub_oracle=sub_oracle,
       mode=mode.demonstration, main_spec=main_spec, sub_spec=sub_spec,
       sub_tokenizer=agents["sub"].tokenizer if "sub" in agents else None)
   sequences = {"main": demos.main, "sub": demos.sub}
@@ -300,9 +308,13 @@ def evaluate_sources(config, root: str | pathlib.Path, sources: dict[str, Source
   result = run(main=main, sub=sub, samples=int(config.eval.samples))
   result.summary["greedy"] = greedy_summary
   agents = {"main": main} if sub is None else {"main": main, "sub": sub}
-  result.summary["turn_accuracy"] = held_out_turn_accuracy(
-      mode, agents, registry, rollout_config, questions, main_spec=main_spec,
-      sub_spec=sub_spec, rendering=rendering)
+  turns = functools.partial(held_out_turn_accuracy, mode, agents, registry, rollout_config,
+                            questions, main_spec=main_spec, sub_spec=sub_spec,
+                            rendering=rendering)
+  result.summary["turn_accuracy"] = turns()
+  if str(config.world.source) == "generated":
+    result.summary["demonstrated_turn_accuracy"] = turns(
+        oracles=noisy_oracles(config, int(config.experiment.seed)))
   return result
 
 
