@@ -130,6 +130,21 @@ DELEGATIONS = {
     "main.limits.max_context": 256,
 }
 
+# The paper's two stages (`--config=configs/local_demo.py:two_stage`): the demo is stage
+# 1; stage 2 trains 20 more RL steps on the stage-2 training questions (more chains and
+# differences; lists, which the warm start never demonstrated, are left out) that the
+# stage-1 agents answer right in at most half of 4 sampled rollouts
+# (slices/curriculum.py), and is evaluated on stage 2's held-out questions.
+TWO_STAGE = {
+    **SYMBOLIC,
+    "experiment.name": "two_stage",
+    "experiment.run_id": "two_stage",
+    "curriculum.stage2_steps": 20,
+    "curriculum.stage2_types": "lookup,two_hop,three_hop,difference,puzzle",
+    "curriculum.success_samples": 4,
+    "curriculum.success_threshold": 0.5,
+}
+
 NATURAL = {
     "experiment.name": "local_demo",
     "experiment.run_id": "local_demo",
@@ -167,12 +182,13 @@ for _agent, _turns in (("main", 5), ("sub", 4)):
       f"{_agent}.optim.learning_rate": 3e-4,
       f"{_agent}.optim.weight_decay": 0.0,
   })
-PRESETS = {"": SYMBOLIC, "short": SHORT, "delegations": DELEGATIONS, "natural": NATURAL}
+PRESETS = {"": SYMBOLIC, "short": SHORT, "delegations": DELEGATIONS, "two_stage": TWO_STAGE,
+           "natural": NATURAL}
 
 
 def get_config(arg=None):
-  """The demo config: the symbolic world (no argument), or preset "short", "delegations"
-  or "natural"."""
+  """The demo config: the symbolic world (no argument), or preset "short", "delegations",
+  "two_stage" or "natural"."""
   if (arg or "") not in PRESETS:
     raise ValueError(f"configs/local_demo.py presets are {sorted(PRESETS)}, got {arg!r}")
   config = base_config()

@@ -307,6 +307,7 @@ def evaluate_sources(config, root: str | pathlib.Path, sources: dict[str, Source
     return greedy_result
   result = run(main=main, sub=sub, samples=int(config.eval.samples))
   result.summary["greedy"] = greedy_summary
+  result.summary["split"] = split
   agents = {"main": main} if sub is None else {"main": main, "sub": sub}
   turns = functools.partial(held_out_turn_accuracy, mode, agents, registry, rollout_config,
                             questions, main_spec=main_spec, sub_spec=sub_spec,

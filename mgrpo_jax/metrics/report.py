@@ -109,7 +109,10 @@ def summary_table(before: Mapping[str, Any] | None, after: Mapping[str, Any] | N
       line += f"{values[1] - values[0]:+12.3f}"
     lines.append(line)
   n = columns[-1][1].get("num_questions", 0)
-  lines.append(f"({n} held-out questions of an unseen test world, "
+  asked = ("validation questions of the training world"
+           if columns[-1][1].get("split") == "validation"
+           else "held-out questions of an unseen test world")
+  lines.append(f"({n} {asked}, "
                f"{columns[-1][1].get('num_rollouts', 0) // max(n, 1)} samples each)")
   return "\n".join(lines)
 

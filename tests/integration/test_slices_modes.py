@@ -96,7 +96,7 @@ def test_unsynchronized_trains_s_from_a_fifo_of_earlier_steps_calls(tmp_path):
                "--config.mgrpo.queue_group=2")
   for steps in (2, 3):
     result = trainer_harness.launch(workdir, f"--config.experiment.num_steps={steps}",
-                                    *overrides)
+                                    *overrides, timeout=600)
     assert result.returncode == 0, result.stdout[-4000:]
   lines = read_metrics(workdir / "logs" / "sub" / "metrics.jsonl")
   assert [m["step"] for m in lines] == [0, 1, 2]

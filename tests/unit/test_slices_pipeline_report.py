@@ -196,6 +196,14 @@ def test_report_writes_pngs_and_a_table_with_the_change(tmp_path):
   rows = {line[:32].strip(): line[32:].split() for line in table.splitlines()}
   assert rows["M turns right (forced)"] == ["0.250", "0.500", "+0.250"]
   assert rows["S turns right (forced)"] == ["0.500", "0.750", "+0.250"]
+  assert "M demonstrated turns (forced)" not in rows  # summaries without the measurement
+  imitated = {"demonstrated_turn_accuracy": {"main": {"all": 0.9}, "sub": {"all": 0.95}}}
+  table = summary_table(dict(before, **turns, **imitated),
+                        dict(after, **trained, **imitated, split="validation"), "t")
+  rows = {line[:32].strip(): line[32:].split() for line in table.splitlines()}
+  assert rows["S demonstrated turns (forced)"] == ["0.950", "0.950", "+0.000"]
+  assert "validation questions of the training world" in table.splitlines()[-1]
+  assert "unseen test world" in summary_table(before, after).splitlines()[-1]
   assert "S report r_expert" not in rows  # summaries without S's scores
   scored = [dict(before, sub_expert_mean=0.5, greedy={"accuracy": 0.5, "sub_expert_mean": 0.6,
                                                       "sub_expert_by_property": {"boss": 0.4}}),
