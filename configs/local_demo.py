@@ -127,6 +127,9 @@ DELEGATIONS = {
     **SYMBOLIC,
     "experiment.name": "delegations",
     "experiment.run_id": "delegations",
+    # Half the demo's RL: the ablation compares ways of batching S's calls, 18 runs.
+    "experiment.num_steps": 40,
+    "eval.every": 10,
     "world.stage": "stage2",
     "world.question_types": "lookup,two_hop,three_hop,list",
     "mgrpo.aligned_sub_calls": 6,
