@@ -47,7 +47,11 @@ _GREEDY = ("greedy", "accuracy")
 # Per-run scalars compared across arms: (column label, its path in a held-out summary).
 _EVAL_KEYS = (("accuracy", ("accuracy",)), ("greedy accuracy", _GREEDY),
               ("format rate", ("format_rate",)), ("sub-calls / rollout", ("sub_calls_mean",)))
-_REWARDS = (("R_M", "main", "main/reward_mean"), ("R_S", "sub", "sub/reward_mean"))
+# (label, slice, metric names in order of preference). R_S is that of the calls each step
+# made (not of the slots trained on, which in the unsynchronized arm are older calls);
+# runs logged before that metric existed have only the slots' mean.
+_REWARDS = (("R_M", "main", ("main/reward_mean",)),
+            ("R_S", "sub", ("sub/reward_made_mean", "sub/reward_mean")))
 
 
 class ComparisonError(ValueError):
@@ -183,10 +187,20 @@ def load_runs(workdir: str | pathlib.Path, group_by: str = "experiment.mode"
   return [load_run(folder, group_by) for folder in folders]
 
 
-def final_reward(run: RunResult, slice_name: str, key: str) -> float | None:
-  """Mean of `key` over the run's last RL step (None when that slice logged none)."""
-  rows = [r for r in run.curves.get(slice_name, ()) if key in r]
-  return float(rows[-1][key]) if rows else None
+def reward_curve(run: RunResult, slice_name: str, keys: Sequence[str]) -> list[float]:
+  """The run's per-step values of the first of `keys` its slice logged ([] if none)."""
+  rows = run.curves.get(slice_name, ())
+  for key in keys:
+    values = [float(r[key]) for r in rows if key in r]
+    if values:
+      return values
+  return []
+
+
+def final_reward(run: RunResult, slice_name: str, keys: Sequence[str]) -> float | None:
+  """`reward_curve`'s value at the run's last RL step (None when that slice logged none)."""
+  curve = reward_curve(run, slice_name, keys)
+  return curve[-1] if curve else None
 
 
 def arms(runs: Sequence[RunResult], order: Sequence[str] = ()) -> dict[str, list[RunResult]]:
@@ -218,8 +232,8 @@ def arm_row(runs: Sequence[RunResult]) -> dict[str, Estimate | None]:
     row[f"{label} before"] = estimate(before)
     row[f"{label} after"] = estimate(after)
     row[f"{label} change"] = estimate([a - b for a, b in zip(after, before, strict=True)])
-  for label, slice_name, key in _REWARDS:
-    values = [final_reward(r, slice_name, key) for r in runs]
+  for label, slice_name, keys in _REWARDS:
+    values = [final_reward(r, slice_name, keys) for r in runs]
     present = [v for v in values if v is not None]
     row[f"{label} last step"] = estimate(present) if present else None
   return row
@@ -370,11 +384,10 @@ def plot_comparison(grouped: Mapping[str, Sequence[RunResult]], folder: pathlib.
 
   folder.mkdir(parents=True, exist_ok=True)
   fig, axes = plt.subplots(1, 2, figsize=(10, 3.5), sharex=True)
-  for ax, (label, slice_name, key) in zip(axes, _REWARDS, strict=True):
+  for ax, (label, slice_name, keys) in zip(axes, _REWARDS, strict=True):
     for index, (arm, runs) in enumerate(grouped.items()):
       color = f"C{index % 10}"  # one colour per arm in both panels
-      curves = [[float(r[key]) for r in run.curves.get(slice_name, ()) if key in r]
-                for run in runs]
+      curves = [reward_curve(run, slice_name, keys) for run in runs]
       curves = [c for c in curves if c]
       if not curves:
         continue

@@ -223,6 +223,9 @@ class SubStep:
     advantages: A_S float32 [Q*K*D] of each slot.
     valid: bool [Q*K*D], slots holding a call.
     num_calls: S calls made in the step.
+    made_rewards: R_S float32 [num_calls] of every call made in the step, trained on
+      or not (dropped, beyond the arrival rows, or queued for later steps): what S's
+      served policy earned, comparable across modes.
   """
 
   batch: TrainBatch
@@ -230,6 +233,7 @@ class SubStep:
   advantages: np.ndarray
   valid: np.ndarray
   num_calls: int
+  made_rewards: np.ndarray
 
 
 def aligned_sub_step(records: Mapping[tuple[int, int, int], SubRecord],
@@ -246,7 +250,8 @@ def aligned_sub_step(records: Mapping[tuple[int, int, int], SubRecord],
   batch = aligned_batch(sequences, credit.index, credit.valid, credit.advantages,
                         buckets=buckets, row_buckets=row_buckets, pad_id=pad_id)
   return SubStep(batch, credit.rewards.reshape(-1), credit.advantages.reshape(-1),
-                 credit.valid.reshape(-1), len(records))
+                 credit.valid.reshape(-1), len(records),
+                 np.array(list(credit.call_rewards.values()), np.float32))
 
 
 def arrival_sub_step(records_in_arrival_order: Sequence[tuple[tuple[int, int, int], SubRecord]],
@@ -258,7 +263,7 @@ def arrival_sub_step(records_in_arrival_order: Sequence[tuple[tuple[int, int, in
   (with `row_buckets`, the batch keeps the filled rows only, in a row bucket)."""
   num_rows = num_queries * group_size
   kept = list(records_in_arrival_order)[:num_rows]
-  reward_of = sub_rewards(dict(kept), correct, weights)
+  reward_of = sub_rewards(dict(records_in_arrival_order), correct, weights)
   rewards = np.zeros(num_rows, np.float32)
   valid = np.zeros(num_rows, bool)
   for row, (key, _) in enumerate(kept):
@@ -272,17 +277,19 @@ def arrival_sub_step(records_in_arrival_order: Sequence[tuple[tuple[int, int, in
       max(len(kept), 1), row_buckets, "sub-agent calls")
   batch = pack_sequences(sequences, adv[:len(kept)], num_rows=batch_rows, buckets=buckets,
                          pad_id=pad_id)
-  return SubStep(batch, rewards, adv, valid, len(records_in_arrival_order))
+  return SubStep(batch, rewards, adv, valid, len(records_in_arrival_order),
+                 np.array(list(reward_of.values()), np.float32))
 
 
-def queued_sub_step(calls: Sequence[SubRecord], *, num_rows: int, group_size: int,
-                    weights: RewardWeights, advantage: AdvantageConfig, pad_id: int,
-                    buckets: Sequence[int] = DEFAULT_LENGTH_BUCKETS,
+def queued_sub_step(calls: Sequence[SubRecord], made: Sequence[SubRecord], *, num_rows: int,
+                    group_size: int, weights: RewardWeights, advantage: AdvantageConfig,
+                    pad_id: int, buckets: Sequence[int] = DEFAULT_LENGTH_BUCKETS,
                     row_buckets: Sequence[int] | None = None) -> SubStep:
   """The unsynchronized arm's batch: the `calls` taken from the front of S's FIFO
   (`sub_queue`, each scored with its own rollout's correct_M), in queue order, in
   N = `num_rows` rows; consecutive groups of G = `group_size` rows are normalized
   together whatever step, query or rollout they came from (the released code's groups).
+  `made` are the step's own scored calls, which join the queue after it.
 
     R_S [N]  = call_rewards(calls)          (0 at empty rows)
     A_S [N]  = group_normalize(R_S.reshape(N / G, G)) over the filled rows of each group
@@ -304,7 +311,9 @@ def queued_sub_step(calls: Sequence[SubRecord], *, num_rows: int, group_size: in
       max(len(calls), 1), row_buckets, "sub-agent calls")
   batch = pack_sequences([token_sequence(r.trajectory) for r in calls], adv[:len(calls)],
                          num_rows=batch_rows, buckets=buckets, pad_id=pad_id)
-  return SubStep(batch, rewards, adv, valid, len(calls))
+  made_rewards = (call_rewards(made, np.array([r.main_correct for r in made]), weights)
+                  if made else np.zeros(0, np.float32))
+  return SubStep(batch, rewards, adv, valid, len(made), made_rewards)
 
 
 def concat_batches(first: TrainBatch, second: TrainBatch, pad_id: int) -> TrainBatch:
@@ -328,8 +337,10 @@ def sub_step_scalars(sub_step: SubStep) -> dict[str, float]:
   """What to log about S's step: calls, valid slots, R_S and A_S statistics."""
   valid = sub_step.valid
   rewards = sub_step.rewards[valid]
+  made = sub_step.made_rewards
   return {"sub/calls": float(sub_step.num_calls), "sub/valid_slots": float(valid.sum()),
           "sub/reward_mean": float(rewards.mean()) if valid.any() else 0.0,
+          "sub/reward_made_mean": float(made.mean()) if made.size else 0.0,
           "sub/advantage_abs_mean": float(np.abs(sub_step.advantages).mean()),
           "sub/advantage_std": float(sub_step.advantages[valid].std()) if valid.any()
           else 0.0}

@@ -222,11 +222,9 @@ def _queued_step(rt: SliceRuntime, queue: _Queue, step: int,
   queue.calls = rest + [QueuedCall(step, record) for _, record in arrived]
   queue.files.save(step + 1, queue.calls)
   queue.scalars = sub_queue.queue_scalars(taken, queue.calls, step)
-  made = [record for _, record in arrived]
-  queue.scalars["sub/reward_made_mean"] = float(step_math.call_rewards(
-      made, np.array([r.main_correct for r in made]), settings.weights).mean()) if made else 0.0
   return step_math.queued_sub_step(
-      [c.record for c in taken], num_rows=group * -(-count // group), group_size=group,
+      [c.record for c in taken], [record for _, record in arrived],
+      num_rows=group * -(-count // group), group_size=group,
       weights=settings.weights, advantage=settings.advantage, pad_id=rt.pad_id,
       buckets=rt.buckets, row_buckets=rt.sub_row_buckets)
 

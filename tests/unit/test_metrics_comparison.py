@@ -19,8 +19,10 @@ from mgrpo_jax.metrics.comparison import (
   ComparisonError,
   arms,
   estimate,
+  final_reward,
   load_run,
   load_runs,
+  reward_curve,
   write_comparison,
 )
 from mgrpo_jax.slices.run import write_launch_files
@@ -120,6 +122,20 @@ def test_runs_are_read_from_the_files_a_run_writes(sweep):
   by_seed = arms(load_runs(sweep, group_by="experiment.seed"))
   assert {k: [r.name for r in v] for k, v in by_seed.items()} == {
       "0": ["mgrpo-s0", "single_agent-s0"], "1": ["mgrpo-s1", "single_agent-s1"]}
+
+
+def test_r_s_is_that_of_the_calls_made_when_the_run_logged_it(sweep):
+  """Runs logged before `sub/reward_made_mean` existed fall back to the slots' mean."""
+  runs = load_runs(sweep)
+  assert reward_curve(runs[0], "sub", ("sub/reward_made_mean", "sub/reward_mean")) == [
+      0.2, 0.3, 0.4]
+  with MetricsWriter(sweep / "mgrpo-s0" / "logs" / "sub", tensorboard=False) as writer:
+    for step, made in enumerate((0.5, 0.6, 0.7)):
+      writer.write(step, {"sub/reward_mean": 0.0, "sub/reward_made_mean": made})
+  run = load_runs(sweep)[0]
+  assert reward_curve(run, "sub", ("sub/reward_made_mean", "sub/reward_mean")) == [
+      0.5, 0.6, 0.7]
+  assert final_reward(run, "sub", ("sub/reward_made_mean", "sub/reward_mean")) == 0.7
 
 
 def test_a_bad_run_folder_is_named(sweep, tmp_path_factory):

@@ -147,6 +147,12 @@ def test_arrival_grouping_is_fifo_in_groups_of_k_times_d():
   groups = [_normalize(reference[g:g + 2], np.ones(2, bool)) for g in (0, 2)]
   np.testing.assert_allclose(out.advantages, np.concatenate(groups), atol=1e-5)
   assert out.num_calls == 6 and out.valid.all()
+  # What S earned counts every call made, the 2 beyond the rows too.
+  made = [indexed[k].trajectory.format_ok * (0.1 + 0.4 * correct[k[0], k[1]]
+                                             + 0.5 * indexed[k].expert) for k in order]
+  np.testing.assert_allclose(sorted(out.made_rewards), sorted(made), atol=1e-6)
+  assert step_math.sub_step_scalars(out)["sub/reward_made_mean"] == pytest.approx(
+      np.mean(made), abs=1e-6)
 
 
 def test_arrival_rows_without_the_empty_ones_fill_a_row_bucket():
@@ -174,7 +180,8 @@ def test_queued_step_normalizes_consecutive_groups_of_calls_from_any_step():
   calls = [_scored(i, ok, expert, correct) for i, (ok, expert, correct) in enumerate(
       [(True, 1.0, 1.0), (True, 0.5, 0.0), (False, 1.0, 1.0), (True, 0.0, 0.0),
        (True, 1.0, 0.0)])]
-  out = step_math.queued_sub_step(calls, num_rows=6, group_size=2, weights=WEIGHTS,
+  made = [_scored(9, True, 0.5, 1.0)]
+  out = step_math.queued_sub_step(calls, made, num_rows=6, group_size=2, weights=WEIGHTS,
                                   advantage=ADV, pad_id=0, buckets=(16,))
   # R_S = format * (0.1 + 0.4 correct_M + 0.5 r_expert) of each call's own rollout.
   reference = np.array([c.trajectory.format_ok * (0.1 + 0.4 * c.main_correct
@@ -184,14 +191,16 @@ def test_queued_step_normalizes_consecutive_groups_of_calls_from_any_step():
   valid = np.arange(6) < 5
   groups = [_normalize(np.append(reference, 0.0)[g:g + 2], valid[g:g + 2]) for g in (0, 2, 4)]
   np.testing.assert_allclose(out.advantages, np.concatenate(groups), atol=1e-5)
-  assert out.batch.shape == (6, 16) and out.num_calls == 5
+  assert out.batch.shape == (6, 16) and out.num_calls == 1  # the step's own calls
+  np.testing.assert_allclose(out.made_rewards, [0.1 + 0.4 + 0.25], atol=1e-6)
   np.testing.assert_array_equal(out.batch.ids[1, :7], calls[1].trajectory.ids)
 
 
 def test_queued_step_of_an_empty_queue_has_no_loss_token_and_rejects_ragged_groups():
-  out = step_math.queued_sub_step([], num_rows=4, group_size=2, weights=WEIGHTS,
+  out = step_math.queued_sub_step([], [], num_rows=4, group_size=2, weights=WEIGHTS,
                                   advantage=ADV, pad_id=0, buckets=(16,))
   assert not out.valid.any() and not out.batch.loss_mask.any() and out.num_calls == 0
+  assert step_math.sub_step_scalars(out)["sub/reward_made_mean"] == 0.0
   with pytest.raises(ValueError, match="groups of 3"):
-    step_math.queued_sub_step([], num_rows=4, group_size=3, weights=WEIGHTS, advantage=ADV,
-                              pad_id=0, buckets=(16,))
+    step_math.queued_sub_step([], [], num_rows=4, group_size=3, weights=WEIGHTS,
+                              advantage=ADV, pad_id=0, buckets=(16,))
