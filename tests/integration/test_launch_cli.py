@@ -45,7 +45,7 @@ def test_help_documents_every_flag():
     (["--coordinator_address=auto"], "--coordinator_address needs --slice=main or"),
     (["--stage=warm_start"], "--stage=warm_start needs --slice=main or --slice=sub"),
     (["--slice=main", "--stage=sft"],
-     "flag --stage=sft: value should be one of <rl|warm_start|eval_before|eval_after>"),
+     "flag --stage=sft: value should be one of <rl|warm_start|eval_before|eval_after|select_stage2>"),
     (["--slice=sub", "--stage=eval_after"], "--stage=eval_after evaluates the whole system"),
     (["--config.main.optim.learning_rate=nan"],
      "config key 'main.optim.learning_rate': expected a finite float"),

@@ -35,7 +35,7 @@ def _init_params(folder):
 def test_stage2_starts_from_stage1_and_trains_on_the_selected_questions(tmp_path):
   workdir = tmp_path / "run"
   result = trainer_harness.launch(
-      workdir, "--config.experiment.num_steps=2", "--config.curriculum.stage2_steps=2",
+      workdir, "--config.experiment.num_steps=1", "--config.curriculum.stage2_steps=1",
       "--config.curriculum.success_samples=2", "--config.curriculum.success_threshold=0.6",
       "--config.curriculum.stage2_types=multihop,puzzle", timeout=600)
   assert result.returncode == 0, result.stdout[-4000:]
@@ -55,10 +55,10 @@ def test_stage2_starts_from_stage1_and_trains_on_the_selected_questions(tmp_path
     for a, b in zip(jax.tree.leaves(stage1), jax.tree.leaves(init), strict=True):
       np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
   stage2 = workdir / "stage2"
-  assert [m["step"] for m in read_metrics(stage2 / "logs" / "main" / "metrics.jsonl")] == [0, 1]
+  assert [m["step"] for m in read_metrics(stage2 / "logs" / "main" / "metrics.jsonl")] == [0]
   store = open_store(str(stage2 / "store"))
   asked = set()
-  for step in (0, 1):
+  for step in (0,):
     key = outcomes_key("local_demo-stage2", step)
     asked |= {q.query_id for q in MainOutcomes.from_bytes(key, store.get(key)).queries}
   assert asked and asked <= set(selection["kept"])
