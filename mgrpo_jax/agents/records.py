@@ -14,12 +14,14 @@ Reward parts start unscored (NaN) and are filled by `scoring.score`: M's `correc
 (r_correct), S's `expert` (r_expert) and `main_correct` (M's correctness replicated to
 every S call of the rollout). `format_ok` (r_format) is set by the validator.
 `to_dict` / `from_dict` convert to plain data (str, int, float, bool, lists, numpy
-arrays) for a remote sub-agent service.
+arrays) for the slices' caches; `SubRecord.digest` names a record's content.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
 from typing import Any
 
@@ -134,6 +136,16 @@ class SubRecord:
     out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
     out["trajectory"] = self.trajectory.to_dict()
     return out
+
+  def digest(self) -> str:
+    """SHA-256 (hex) of everything the record holds: equal records, wherever they were
+    decoded from, have equal digests. The main slice publishes the digest of each call
+    it received in the step's outcomes; the sub slice trains only on records with it."""
+    plain = self.to_dict()
+    for name in ("ids", "loss_mask", "logprobs", "roles"):
+      plain["trajectory"][name] = plain["trajectory"][name].tolist()
+    text = json.dumps(plain, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
   @classmethod
   def from_dict(cls, data: dict[str, Any]) -> SubRecord:
