@@ -27,6 +27,9 @@ from typing import Any
 
 import numpy as np
 
+# The per-token arrays of a trajectory and the byte layout `SubRecord.digest` hashes.
+_ARRAY_BYTES = (("ids", "<i4"), ("loss_mask", "|b1"), ("logprobs", "<f4"), ("roles", "<i4"))
+
 # Why a trajectory ended (Trajectory.end).
 END_RESULT = "result"
 END_FORMAT = "format_error"
@@ -138,14 +141,23 @@ class SubRecord:
     return out
 
   def digest(self) -> str:
-    """SHA-256 (hex) of everything the record holds: equal records, wherever they were
-    decoded from, have equal digests. The main slice publishes the digest of each call
-    it received in the step's outcomes; the sub slice trains only on records with it."""
+    """SHA-256 (hex) of what the record holds but its clock readings (`wall_s`, each tool
+    call's `latency_s`, which differ between two runs that sampled the same): equal
+    records, wherever they were decoded from, have equal digests, and so do the
+    records of a rerun. The main slice publishes the digest of each call it received in
+    the step's outcomes; the sub slice trains only on records with it."""
+    digest = hashlib.sha256()
     plain = self.to_dict()
-    for name in ("ids", "loss_mask", "logprobs", "roles"):
-      plain["trajectory"][name] = plain["trajectory"][name].tolist()
-    text = json.dumps(plain, sort_keys=True, separators=(",", ":"), allow_nan=True)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    trajectory = plain["trajectory"]
+    for name, dtype in _ARRAY_BYTES:  # the arrays as little-endian bytes, length first
+      data = np.ascontiguousarray(trajectory.pop(name), dtype).tobytes()
+      digest.update(len(data).to_bytes(8, "little") + data)
+    del trajectory["wall_s"]
+    for call in trajectory["tool_calls"]:
+      del call["latency_s"]
+    digest.update(json.dumps(plain, sort_keys=True, separators=(",", ":"),
+                             allow_nan=True).encode("utf-8"))
+    return digest.hexdigest()
 
   @classmethod
   def from_dict(cls, data: dict[str, Any]) -> SubRecord:

@@ -24,6 +24,8 @@ from mgrpo_jax.serving.wire_check import WireError, check_wire
 # The fully qualified name of the service (gRPC paths are /<service>/<method>).
 SERVICE = pb.DESCRIPTOR.services_by_name["SubAgent"].full_name
 TASKS_FIELD = pb.RunSubtasksRequest.DESCRIPTOR.fields_by_name["tasks"].full_name
+TASK_FIELDS = {name: field.full_name
+               for name, field in pb.SubTask.DESCRIPTOR.fields_by_name.items()}
 M = TypeVar("M", bound=Message)
 
 
@@ -32,11 +34,12 @@ class BadRequest(ValueError):
   gets INVALID_ARGUMENT with the reason, and nothing is run or stored."""
 
 
-def parse_request(data: bytes, message_type: type[M], limits: Mapping[str, int]) -> M:
-  """`data` as a `message_type`, checked first (`wire_check.check_wire` with `limits`);
-  `BadRequest` naming the problem otherwise."""
+def parse_request(data: bytes, message_type: type[M], counts: Mapping[str, int],
+                  lengths: Mapping[str, int] | None = None) -> M:
+  """`data` as a `message_type`, checked first (`wire_check.check_wire` with `counts` and
+  `lengths`); `BadRequest` naming the problem otherwise."""
   try:
-    check_wire(data, message_type.DESCRIPTOR, limits)
+    check_wire(data, message_type.DESCRIPTOR, counts, lengths)
     return message_type.FromString(data)
   except (WireError, DecodeError) as e:
     raise BadRequest(f"malformed {message_type.DESCRIPTOR.name}: {e}") from None

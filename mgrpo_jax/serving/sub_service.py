@@ -52,7 +52,7 @@ from mgrpo_jax.agents.sub_client import (
 )
 from mgrpo_jax.agents.tools import ToolRegistry
 from mgrpo_jax.serving import messages
-from mgrpo_jax.serving.messages import TASKS_FIELD, BadRequest
+from mgrpo_jax.serving.messages import TASK_FIELDS, TASKS_FIELD, BadRequest
 from mgrpo_jax.serving.proto import sub_agent_pb2 as pb
 from mgrpo_jax.serving.rpc import Method, RpcServer, ServerLimits
 from mgrpo_jax.serving.tls import ServerTls
@@ -133,8 +133,12 @@ class RequestGate:
   max_chars: int
 
   def parse(self, data: bytes) -> pb.RunSubtasksRequest:
-    """A `RunSubtasks` request's bytes, checked against the schema and the task limit."""
-    return messages.parse_request(data, pb.RunSubtasksRequest, {TASKS_FIELD: self.max_tasks})
+    """A `RunSubtasks` request's bytes, checked against the schema, the task limit and the
+    strings' lengths before anything is built (`wire_check`)."""
+    text_bytes = 4 * self.max_chars  # UTF-8: at most 4 bytes a character
+    return messages.parse_request(data, pb.RunSubtasksRequest, {TASKS_FIELD: self.max_tasks}, {
+        TASK_FIELDS["query_id"]: max(len(q.encode()) for q in self.query_ids),
+        TASK_FIELDS["subtask"]: text_bytes, TASK_FIELDS["context"]: text_bytes})
 
   def refusal(self, request: pb.RunSubtasksRequest, tasks: Sequence[SubTaskRequest]
               ) -> str | None:

@@ -5,9 +5,10 @@ of empty messages (each becomes an object: 4 MiB of empty entries cost about 100
 that once parsed), a known field sent with another wire type (kept as an unknown field,
 the typed field left at its default: a string `rollout_index` would read as rollout 0),
 fields the schema does not have, a singular field sent twice (the last one wins).
-`check_wire(data, descriptor, limits)` walks the wire format once, building nothing,
-and refuses each of these with a `WireError` naming the field; what passes parses into
-at most `limits[field]` entries per repeated field, each field of its declared type.
+`check_wire(data, descriptor, counts, lengths)` walks the wire format once, building
+nothing, and refuses each of these with a `WireError` naming the field; what passes
+parses into at most `counts[field]` entries per repeated field and strings of at most
+`lengths[field]` bytes, each field of its declared type.
 """
 
 from __future__ import annotations
@@ -48,16 +49,18 @@ def _varint(data: memoryview, pos: int, what: str) -> tuple[int, int]:
   raise WireError(f"{what}: truncated or overlong varint at byte {pos}")
 
 
-def check_wire(data: bytes | memoryview, descriptor: Descriptor, limits: Mapping[str, int],
-               *, _depth: int = 0) -> None:
+def check_wire(data: bytes | memoryview, descriptor: Descriptor, counts: Mapping[str, int],
+               lengths: Mapping[str, int] | None = None, *, _depth: int = 0) -> None:
   """Raises `WireError` unless `data` is a message of `descriptor` whose every field is
   known, has its declared wire type, appears once (singular) or at most
-  `limits[field.full_name]` times (repeated: every repeated field needs a limit), and
+  `counts[field.full_name]` times (repeated: every repeated field needs a count), is at
+  most `lengths[field.full_name]` bytes long (string and bytes fields named there), and
   whose message fields check recursively."""
+  lengths = lengths or {}
   if _depth > _MAX_DEPTH:
     raise WireError(f"{descriptor.full_name}: nested more than {_MAX_DEPTH} deep")
   data = memoryview(data)  # submessages are checked in place, not copied
-  counts: dict[int, int] = {}
+  seen: dict[int, int] = {}
   pos, end = 0, len(data)
   while pos < end:
     key, pos = _varint(data, pos, descriptor.full_name)
@@ -70,11 +73,11 @@ def check_wire(data: bytes | memoryview, descriptor: Descriptor, limits: Mapping
     if wire != expected and not packed:
       raise WireError(f"{field.full_name}: wire type {wire}, expected {expected} (a "
                       f"{field.type} field)")
-    counts[number] = counts.get(number, 0) + 1
-    if not field.is_repeated and counts[number] > 1:
-      raise WireError(f"{field.full_name}: a singular field sent {counts[number]} times")
-    if field.is_repeated and counts[number] > limits[field.full_name]:
-      raise WireError(f"{field.full_name}: more than {limits[field.full_name]} entries")
+    seen[number] = seen.get(number, 0) + 1
+    if not field.is_repeated and seen[number] > 1:
+      raise WireError(f"{field.full_name}: a singular field sent {seen[number]} times")
+    if field.is_repeated and seen[number] > counts[field.full_name]:
+      raise WireError(f"{field.full_name}: more than {counts[field.full_name]} entries")
     if wire == _VARINT:
       _, pos = _varint(data, pos, field.full_name)
     elif wire == _FIXED64:
@@ -83,8 +86,12 @@ def check_wire(data: bytes | memoryview, descriptor: Descriptor, limits: Mapping
       pos += 4
     else:
       length, pos = _varint(data, pos, field.full_name)
+      if length > lengths.get(field.full_name, length):
+        raise WireError(f"{field.full_name}: {length} bytes, more than "
+                        f"{lengths[field.full_name]}")
       if field.type == FieldDescriptor.TYPE_MESSAGE and pos + length <= end:
-        check_wire(data[pos:pos + length], field.message_type, limits, _depth=_depth + 1)
+        check_wire(data[pos:pos + length], field.message_type, counts, lengths,
+                   _depth=_depth + 1)
       pos += length
     if pos > end:
       raise WireError(f"{field.full_name}: truncated ({pos - end} bytes missing)")

@@ -88,7 +88,7 @@ def test_a_record_crosses_the_wire_bitwise_and_keeps_its_digest(record):
   assert back.record.trajectory.tool_calls == record.trajectory.tool_calls
 
 
-def test_a_digest_changes_with_any_content():
+def test_a_digest_changes_with_any_content_but_clock_readings():
   trajectory = Trajectory(np.array([1, 2], np.int32), np.array([False, True]),
                           np.array([0.0, -0.5], np.float32), np.array([0, 2], np.int32),
                           (("user", "x"),), 0, True, "", "result", 1, (), "r", 0.25)
@@ -99,6 +99,12 @@ def test_a_digest_changes_with_any_content():
              SubRecord("q", 0, 1, "task", "", "r", Trajectory(
                  **{**trajectory.__dict__, "logprobs": np.array([0.0, -0.25], np.float32)}))]
   assert len({record.digest(), *(c.digest() for c in changed)}) == 4
+  rerun = SubRecord("q", 0, 1, "task", "", "r", Trajectory(  # the same, sampled again
+      **{**trajectory.__dict__, "wall_s": 7.5,
+         "tool_calls": (ToolCall(0, "search", "{}", True, 0.5),)}))
+  assert rerun.digest() == SubRecord("q", 0, 1, "task", "", "r", Trajectory(
+      **{**trajectory.__dict__, "tool_calls": (ToolCall(0, "search", "{}", True, 9.0),)})
+      ).digest()
 
 
 _LIMITS = {TASKS_FIELD: 4}
@@ -143,6 +149,15 @@ def test_any_bytes_are_a_checked_request_or_a_bad_request(data):
 def test_the_check_names_the_field(data, problem):
   with pytest.raises(WireError, match=problem):
     check_wire(data, pb.RunSubtasksRequest.DESCRIPTOR, _LIMITS)
+
+
+def test_strings_are_checked_against_their_length_limit():
+  lengths = {messages.TASK_FIELDS["subtask"]: 3}
+  ok = pb.RunSubtasksRequest(tasks=[pb.SubTask(subtask="abc", context="longer")])
+  check_wire(ok.SerializeToString(), pb.RunSubtasksRequest.DESCRIPTOR, _LIMITS, lengths)
+  with pytest.raises(WireError, match="SubTask.subtask: 4 bytes, more than 3"):
+    check_wire(pb.RunSubtasksRequest(tasks=[pb.SubTask(subtask="abcd")]).SerializeToString(),
+               pb.RunSubtasksRequest.DESCRIPTOR, _LIMITS, lengths)
 
 
 def test_a_repeated_field_needs_a_limit_and_parse_errors_are_bad_requests():

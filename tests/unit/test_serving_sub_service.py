@@ -187,6 +187,12 @@ def test_the_gate_parses_at_most_max_tasks_before_building_anything(env):
   assert gate.parse(request.SerializeToString()) == request
   with pytest.raises(BadRequest, match="more than 4 entries"):
     gate.parse(b"\x2a\x00" * 1_000_000)
+  long_task = _request(1, 0, [_task(qs[0], subtask="x" * 801)])  # max_chars 200: 800 bytes
+  with pytest.raises(BadRequest, match="SubTask.subtask: 801 bytes, more than 800"):
+    gate.parse(long_task.SerializeToString())
+  with pytest.raises(BadRequest, match="SubTask.query_id: .* bytes, more than"):
+    gate.parse(_request(1, 0, [pb.SubTask(query_id="q" * 999, subtask="x")])
+               .SerializeToString())
 
 
 def test_shared_policy_update_uses_both_roles_rows(env):
