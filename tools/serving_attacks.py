@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 from mgrpo_jax.serving import messages  # noqa: E402
 from mgrpo_jax.serving.proto import sub_agent_pb2 as pb  # noqa: E402
 from mgrpo_jax.serving.rpc import TOKEN_KEY, RpcClient  # noqa: E402
+from tests.support.sockets import closed_by_peer  # noqa: E402
 
 TOKEN = "s3cret"
 MAX_TASKS = 64  # B*K of the demo
@@ -68,22 +69,23 @@ qs = questions.synthesize(w, 8, stage=1, seed=3)
 tokenizer = SentencePieceTokenizer.train([p.text for p in page_list] + [q.text for q in qs],
                                          tempfile.mkdtemp(), 600)
 model = init_model(get_config("tiny", vocab_size=tokenizer.vocab_size, max_seq_len=512), 0)
+max_tasks, max_chars, token = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 versions = WeightVersions()
 versions.publish(0, nnx.state(model, nnx.Param))
 config = RolloutConfig(sub=AgentLimits(max_turns=4, context_tokens=1024, max_new_tokens=96))
 gate = RequestGate(num_steps=10, staleness=0, query_ids=frozenset(q.id for q in qs),
-                   rollouts_per_query=8, max_sub_calls=16, max_tasks=%d, max_batches=8,
-                   max_chars=%d)
+                   rollouts_per_query=8, max_sub_calls=16, max_tasks=max_tasks, max_batches=8,
+                   max_chars=max_chars)
 service = SubAgentService(
     SamplerPolicy(Sampler(model, tokenizer)), nnx.graphdef(model), tokenizer, registry, config,
     versions, SubStepCache(LocalFolder(folder)), gate,
     spec=dataclasses.replace(specs.SUB, system="Tools: search(query), visit(page)."),
     rollout_policy=OraclePolicy(OracleSubAgent(), tokenizer, version=0))
-server = service.server(host="127.0.0.1", port=0, token="%s").start()
+server = service.server(host="127.0.0.1", port=0, token=token).start()
 print(json.dumps({"port": server.address[1], "queries": [
     [q.id, f"Find the {q.path[0].relation} of {q.path[0].subject}."] for q in qs]}), flush=True)
 sys.stdin.read()
-""" % (MAX_TASKS, MAX_CHARS, TOKEN)
+"""
 
 
 class Server:
@@ -91,7 +93,8 @@ class Server:
 
   def __init__(self, folder: pathlib.Path):
     self.folder = folder
-    self.process = subprocess.Popen([sys.executable, "-c", _SERVER, str(folder)],
+    self.process = subprocess.Popen([sys.executable, "-c", _SERVER, str(folder),
+                                     str(MAX_TASKS), str(MAX_CHARS), TOKEN],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                                     cwd=ROOT)
     info = json.loads(self.process.stdout.readline())
@@ -157,18 +160,6 @@ def _raw(address, data: bytes, token: str = TOKEN) -> grpc.StatusCode:
   return grpc.StatusCode.OK
 
 
-def _closed(sock: socket.socket) -> bool:
-  sock.settimeout(0.01)
-  try:
-    while sock.recv(1 << 16):
-      pass
-  except TimeoutError:
-    return False
-  except OSError:
-    pass
-  return True
-
-
 def connection_attacks(server: Server, caller: Caller) -> None:
   idle = server.rss_mb()
   base_status = statistics.median(caller.status_s() for _ in range(5))
@@ -211,7 +202,7 @@ def connection_attacks(server: Server, caller: Caller) -> None:
   stop.set()
   for thread in callers:
     thread.join()
-  while not all(_closed(sock) for sock in silent + slow):
+  while not all(closed_by_peer(sock, 0.01) for sock in silent + slow):
     time.sleep(0.2)
   print(f"the 400 silent and stalled connections were all closed "
         f"{time.monotonic() - opened:.1f} s after they opened (serving.handshake_timeout_s)")

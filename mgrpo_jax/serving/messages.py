@@ -84,23 +84,27 @@ def _trajectory_from_proto(message: pb.Trajectory) -> Trajectory:
 
 
 def record_to_proto(record: SubRecord) -> pb.SubRecord:
-  return pb.SubRecord(
-      query_id=record.query_id, rollout_index=record.rollout_index,
-      call_index=record.call_index, subtask=record.subtask, context=record.context,
-      report=record.report, trajectory=_trajectory_to_proto(record.trajectory),
-      expert=record.expert, main_correct=record.main_correct)
+  task = SubTaskRequest(record.query_id, record.rollout_index, record.call_index,
+                        record.subtask, record.context)
+  return pb.SubRecord(task=task_to_proto(task), report=record.report,
+                      trajectory=_trajectory_to_proto(record.trajectory),
+                      expert=record.expert, main_correct=record.main_correct)
 
 
 def record_from_proto(message: pb.SubRecord) -> SubRecord:
-  return SubRecord(message.query_id, message.rollout_index, message.call_index,
-                   message.subtask, message.context, message.report,
-                   _trajectory_from_proto(message.trajectory), expert=message.expert,
-                   main_correct=message.main_correct)
+  task = task_from_proto(message.task)
+  return SubRecord(task.query_id, task.rollout_index, task.call_index, task.subtask,
+                   task.context, message.report, _trajectory_from_proto(message.trajectory),
+                   expert=message.expert, main_correct=message.main_correct)
 
 
-def result_to_proto(result: SubAgentResult) -> pb.SubAgentResult:
-  return pb.SubAgentResult(report=result.report, record=record_to_proto(result.record))
+def result_to_proto(result: SubAgentResult) -> pb.SubRecord:
+  """A result as its record (what M reads is the record's report)."""
+  if result.report != result.record.report:
+    raise ValueError(f"call {result.record.key}: the report differs from its record's")
+  return record_to_proto(result.record)
 
 
-def result_from_proto(message: pb.SubAgentResult) -> SubAgentResult:
-  return SubAgentResult(message.report, record_from_proto(message.record))
+def result_from_proto(message: pb.SubRecord) -> SubAgentResult:
+  record = record_from_proto(message)
+  return SubAgentResult(record.report, record)

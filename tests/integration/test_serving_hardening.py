@@ -30,6 +30,7 @@ from mgrpo_jax.serving.rpc import (
   ServiceUnavailableError,
 )
 from mgrpo_jax.serving.tls import ClientTls, ServerTls
+from tests.support.sockets import closed_by_peer
 from tests.support.tls_certs import make_certificates
 
 SERVICE = messages.SERVICE
@@ -214,19 +215,6 @@ def test_calls_over_the_cap_are_told_busy_and_retried():
     server.stop()
 
 
-def _closed_within(sock: socket.socket, seconds: float) -> bool:
-  """Whether the server closes `sock` within `seconds` (bytes it sends are read past)."""
-  sock.settimeout(seconds)
-  try:
-    while sock.recv(1 << 16):
-      pass
-  except TimeoutError:
-    return False
-  except OSError:
-    pass
-  return True
-
-
 def test_silent_and_idle_connections_are_closed_and_the_client_reconnects():
   server = RpcServer(SERVICE, _method(lambda request: 3), limits=ServerLimits(
       handshake_timeout_s=0.5, idle_timeout_s=1.0)).start()
@@ -234,7 +222,7 @@ def test_silent_and_idle_connections_are_closed_and_the_client_reconnects():
     silent = socket.create_connection(server.address)
     slow = socket.create_connection(server.address)
     slow.sendall(b"PRI * HTTP/2.0\r\n")  # the preface, cut short
-    assert _closed_within(silent, 10) and _closed_within(slow, 10)
+    assert closed_by_peer(silent, 10) and closed_by_peer(slow, 10)
     client = RpcClient(SERVICE, server.address)
     assert _status(client) == 3
     time.sleep(2.5)  # the server closes the idle connection (GOAWAY)

@@ -49,8 +49,8 @@ def server():
     if request.step == 7:
       raise ValueError(f"bad subtask {request.tasks[0].subtask!r}")
     return pb.RunSubtasksReply(version=len(calls), results=[
-        pb.SubAgentResult(report=task.subtask, record=pb.SubRecord(
-            query_id=task.query_id, trajectory=pb.Trajectory(ids=[task.call_index] * 3)))
+        pb.SubRecord(task=task, report=task.subtask,
+                     trajectory=pb.Trajectory(ids=[task.call_index] * 3))
         for task in request.tasks])
 
   srv = RpcServer(SERVICE, {"RunSubtasks": Method(_parse, echo)}, token="s3cret").start()
@@ -69,7 +69,7 @@ def test_typed_round_trip_reuses_the_connection(server):
   client = RpcClient(SERVICE, srv.address, token="s3cret")
   reply = client.call("RunSubtasks", _request(), pb.RunSubtasksReply)
   assert reply.version == 1 and [r.report for r in reply.results] == ["héllo <tool_call>"] * 3
-  assert [list(r.record.trajectory.ids) for r in reply.results] == [[0] * 3, [1] * 3, [2] * 3]
+  assert [list(r.trajectory.ids) for r in reply.results] == [[0] * 3, [1] * 3, [2] * 3]
   assert calls == [_request()]
   assert client.call("RunSubtasks", _request(), pb.RunSubtasksReply).version == 2
   client.close()

@@ -190,7 +190,7 @@ def _attack(workdir, reference_workdir, report: dict) -> None:
   never_made = pb.RunSubtasksRequest(step=2, version=2, seed=5, tasks=[task(call_index=3)])
   while (reply := client.call("RunSubtasks", never_made, pb.RunSubtasksReply)).status:
     time.sleep(0.1)  # NOT_READY until S has trained step 1
-  report["never made"] = reply.results[0].record.query_id
+  report["never made"] = reply.results[0].task.query_id
   other = pb.RunSubtasksRequest(step=2, version=2, seed=5,
                                 tasks=[task(call_index=3, subtask="Something else.")])
   try:

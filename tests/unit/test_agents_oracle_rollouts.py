@@ -267,7 +267,7 @@ def test_sub_agent_interface_crosses_the_service_unchanged(env, batch):
   assert messages.task_from_proto(messages.task_to_proto(request)) == request
   record = batch[0].sub[0]
   result = SubAgentResult(record.report, record)
-  back = messages.result_from_proto(pb.SubAgentResult.FromString(
+  back = messages.result_from_proto(pb.SubRecord.FromString(
       messages.result_to_proto(result).SerializeToString()))
   assert back.record.digest() == record.digest()
   assert back.report == result.report and back.record.key == record.key
