@@ -1,19 +1,20 @@
 """The main slice's `SubAgentClient` for the remote sub-agent service.
 
 `RemoteSubAgentClient.run(requests, seed)` sends one delegation batch as one
-`RunSubtasks` call (gRPC, `sub_service.py`), tagged with the step, the S weight version the step must use and
-the batch's index within the step (`begin_step` resets it; the controller's batches are
-deterministic, so a restarted step sends the same batches with the same tags).
+`RunSubtasks` call (gRPC, `sub_service.py`), tagged with the step, the S weight version
+the step must use and the batch's index within the step (`begin_step` resets it; the
+controller's batches are deterministic, so a restarted step sends the same batches with
+the same tags).
 
 Failures:
   - unreachable service (not started, died, restarted elsewhere): every attempt
     re-resolves the address (a restarted sub slice publishes a new port) and retries
-    with backoff; after `deadline_s` without an answer it raises
+    with backoff; after `serving.deadline_s` without an answer it raises
     `ServiceUnavailableError` naming the address it last tried.
   - NOT_READY (S has not yet published the requested version): polled until
     `ready_timeout_s`, then `TimeoutError`.
   - a handler error or a refused request: `RpcError` at once (not retried).
-  - an answer slower than `call_timeout_s`: `RpcTimeoutError` (not retried).
+  - an answer slower than `serving.call_timeout_s`: `RpcTimeoutError` (not retried).
 Every attempt of one call carries the same request id, so a batch the service is still
 running when the connection drops is not run a second time by the retry.
 """
@@ -39,7 +40,7 @@ _ATTEMPT_WINDOW_S = 2.0
 
 
 class RemoteSubAgentClient:
-  """`SubAgentClient` over RPC (see the module docstring)."""
+  """`SubAgentClient` over gRPC (see the module docstring)."""
 
   def __init__(self, resolve: Callable[[], Address | None], *, describe: str,
                token: str | None = None, settings: ClientSettings = ClientSettings(),

@@ -45,9 +45,10 @@ NUM_STEPS = 3
 RUN_ID = "local_demo"
 
 
-def launch(workdir, fault=None, machine=None, shared_cache=True):
-  """The run in `workdir` to its end; a `gs://` run keeps its local folder in `machine`."""
-  return trainer_harness.launch(workdir, f"--config.experiment.num_steps={NUM_STEPS}",
+def launch(workdir, *extra, fault=None, machine=None, shared_cache=True):
+  """The run in `workdir` to its end, with `extra` flags; a `gs://` run keeps its local
+  folder in `machine`."""
+  return trainer_harness.launch(workdir, f"--config.experiment.num_steps={NUM_STEPS}", *extra,
                                 fault=fault, cwd=machine or trainer_harness.ROOT,
                                 gin_dir=machine, shared_cache=shared_cache,
                                 timeout=600 if machine else 240)
