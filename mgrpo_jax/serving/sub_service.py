@@ -34,6 +34,7 @@ time (a lock), since they share one sampler.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, Protocol
@@ -132,13 +133,18 @@ class RequestGate:
   max_batches: int
   max_chars: int
 
+  @functools.cached_property
+  def _string_bytes(self) -> dict[str, int]:
+    """The longest a task's strings may be, in bytes (UTF-8: 4 bytes a character)."""
+    return {TASK_FIELDS["query_id"]: max(len(q.encode()) for q in self.query_ids),
+            TASK_FIELDS["subtask"]: 4 * self.max_chars,
+            TASK_FIELDS["context"]: 4 * self.max_chars}
+
   def parse(self, data: bytes) -> pb.RunSubtasksRequest:
     """A `RunSubtasks` request's bytes, checked against the schema, the task limit and the
     strings' lengths before anything is built (`wire_check`)."""
-    text_bytes = 4 * self.max_chars  # UTF-8: at most 4 bytes a character
-    return messages.parse_request(data, pb.RunSubtasksRequest, {TASKS_FIELD: self.max_tasks}, {
-        TASK_FIELDS["query_id"]: max(len(q.encode()) for q in self.query_ids),
-        TASK_FIELDS["subtask"]: text_bytes, TASK_FIELDS["context"]: text_bytes})
+    return messages.parse_request(data, pb.RunSubtasksRequest, {TASKS_FIELD: self.max_tasks},
+                                  self._string_bytes)
 
   def refusal(self, request: pb.RunSubtasksRequest, tasks: Sequence[SubTaskRequest]
               ) -> str | None:
