@@ -36,7 +36,9 @@ def _outcomes(step: int) -> schema.MainOutcomes:
   correct = rng.random(shape) < 0.5
   return schema.MainOutcomes.from_arrays(
       RUN_ID, step, [f"q{step}-{q}" for q in range(shape[0])], correct=correct,
-      main_reward=0.1 + 0.9 * correct, num_sub_calls=rng.integers(0, 12, shape),
+      main_reward=0.1 + 0.9 * correct,
+      sub_calls=[[[f"{q:04x}{k:04x}{i:056x}" for i in range(calls)] for k, calls in enumerate(row)]
+                 for q, row in enumerate(rng.integers(0, 12, shape))],
       policy_version=step)
 
 

@@ -44,6 +44,7 @@ one line naming it.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import NoReturn
 
@@ -51,7 +52,7 @@ from absl import app, flags
 from absl import logging as absl_logging
 from ml_collections import config_flags
 
-from mgrpo_jax.config import ConfigError, iter_fields, validate
+from mgrpo_jax.config import ConfigError, check_environment, iter_fields, validate
 from mgrpo_jax.plugins import parse_gin
 from mgrpo_jax.utils import cli, host_memory
 
@@ -80,10 +81,13 @@ def _reject_unknown_overrides(argv: list[str]) -> None:
 _reject_unknown_overrides(sys.argv)
 
 _SLICE = flags.DEFINE_enum(
-    "slice", "all", ["main", "sub", "all"],
+    "slice", "all", ["main", "sub", "both", "all"],
     "Which agent's slice to run: 'main' (the planner M: rollouts, rewards, M's update), "
-    "'sub' (the sub-agent S: serves S's turns, waits for M's outcomes, S's update), or "
-    "'all' (both, as two local processes).")
+    "'sub' (the sub-agent S: serves S's turns, waits for M's outcomes, S's update), "
+    "'both' (the two RL slices in this one process, sharing its devices: "
+    "mgrpo_jax/slices/colocated.py), or 'all' (every stage; the slices as two local "
+    "processes, or as one where the host's accelerators cannot be shared, e.g. one TPU "
+    "chip, or with serving.colocate).")
 _STAGE = flags.DEFINE_enum(
     "stage", "rl", ["rl", "warm_start", "eval_before", "eval_after", "select_stage2"],
     "With --slice=main or --slice=sub: 'rl' (M-GRPO, stage 2) or 'warm_start' (stage 1 of "
@@ -162,12 +166,12 @@ def _distributed_config():
                                     process_id=_PROCESS_ID.value)
   except ValueError as e:
     _fail(f"--coordinator_address/--num_processes/--process_id: {e}")
-  if _STAGE.value == "warm_start" and _SLICE.value == "all":
+  if _STAGE.value == "warm_start" and _SLICE.value in ("all", "both"):
     _fail(f"--stage={_STAGE.value} needs --slice=main or --slice=sub: --slice=all runs every "
           "stage")
   if _STAGE.value in ("eval_before", "eval_after", "select_stage2") and _SLICE.value != "all":
     _fail(f"--stage={_STAGE.value} evaluates the whole system: it needs --slice=all")
-  if distributed.mode != "single" and _SLICE.value == "all":
+  if distributed.mode != "single" and _SLICE.value in ("all", "both"):
     _fail("--coordinator_address needs --slice=main or --slice=sub: each agent's slice is "
           "its own multi-host job")
   return distributed
@@ -204,6 +208,22 @@ def _record_machine(workdir: str, role: str) -> None:
         ", ".join(changed), machine.label(description))
 
 
+def _check_workdir(config, workdir: str) -> None:
+  """Exits 2 naming the folder unless the run's local folder (the workdir, or a `gs://`
+  workdir's `runs_local/<run_id>`) can be created and written."""
+  from mgrpo_jax.training.paths import RunPaths
+
+  folder = RunPaths.from_config(config, workdir).local
+  probe = folder / f".write-check-{os.getpid()}"
+  try:
+    folder.mkdir(parents=True, exist_ok=True)
+    probe.write_bytes(b"")
+    probe.unlink()
+  except OSError as e:
+    _fail(f"--workdir={workdir}: cannot create or write {e.filename or folder} "
+          f"({e.strerror or e})")
+
+
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     _fail(f"unexpected arguments: {' '.join(argv[1:])}")
@@ -211,6 +231,13 @@ def main(argv: list[str]) -> None:
   distributed = _distributed_config()
   planning_only = _PRINT_CONFIG.value or _DRY_RUN.value
   orchestrating = _SLICE.value == "all" and _STAGE.value == "rl"
+  workdir = _WORKDIR.value or f"runs/{config.experiment.run_id}"
+  if not planning_only:  # what the config names outside itself, before JAX starts
+    try:
+      check_environment(config)  # the token's variable and the TLS files
+    except ConfigError as e:
+      _fail(str(e))
+    _check_workdir(config, workdir)
   if planning_only or orchestrating:
     import jax
 
@@ -223,7 +250,6 @@ def main(argv: list[str]) -> None:
     initialize(distributed)  # before any JAX computation, including imports that run one
   import mgrpo_jax.slices  # the slices' step protocol (run_slice)
 
-  workdir = _WORKDIR.value or f"runs/{config.experiment.run_id}"
   if not planning_only:
     from mgrpo_jax.scale.distributed import is_writer
     from mgrpo_jax.slices.run_fingerprint import check_fingerprint
@@ -236,7 +262,8 @@ def main(argv: list[str]) -> None:
       _fail(str(e))
     enable_compilation_cache(config, workdir)  # before the first compilation
     if not orchestrating and is_writer():
-      _record_machine(workdir, f"{_SLICE.value}_{_STAGE.value}")
+      for role in ("main", "sub") if _SLICE.value == "both" else (_SLICE.value,):
+        _record_machine(workdir, f"{role}_{_STAGE.value}")
 
   try:
     parse_gin(_GIN_FILE.value, _GIN_BINDINGS.value)

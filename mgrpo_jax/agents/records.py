@@ -14,16 +14,21 @@ Reward parts start unscored (NaN) and are filled by `scoring.score`: M's `correc
 (r_correct), S's `expert` (r_expert) and `main_correct` (M's correctness replicated to
 every S call of the rollout). `format_ok` (r_format) is set by the validator.
 `to_dict` / `from_dict` convert to plain data (str, int, float, bool, lists, numpy
-arrays) for a remote sub-agent service.
+arrays) for the slices' caches; `SubRecord.digest` names a record's content.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import math
 from typing import Any
 
 import numpy as np
+
+# The per-token arrays of a trajectory and the byte layout `SubRecord.digest` hashes.
+_ARRAY_BYTES = (("ids", "<i4"), ("loss_mask", "|b1"), ("logprobs", "<f4"), ("roles", "<i4"))
 
 # Why a trajectory ended (Trajectory.end).
 END_RESULT = "result"
@@ -134,6 +139,25 @@ class SubRecord:
     out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
     out["trajectory"] = self.trajectory.to_dict()
     return out
+
+  def digest(self) -> str:
+    """SHA-256 (hex) of what the record holds but its clock readings (`wall_s`, each tool
+    call's `latency_s`, which differ between two runs that sampled the same): equal
+    records, wherever they were decoded from, have equal digests, and so do the
+    records of a rerun. The main slice publishes the digest of each call it received in
+    the step's outcomes; the sub slice trains only on records with it."""
+    digest = hashlib.sha256()
+    plain = self.to_dict()
+    trajectory = plain["trajectory"]
+    for name, dtype in _ARRAY_BYTES:  # the arrays as little-endian bytes, length first
+      data = np.ascontiguousarray(trajectory.pop(name), dtype).tobytes()
+      digest.update(len(data).to_bytes(8, "little") + data)
+    del trajectory["wall_s"]
+    for call in trajectory["tool_calls"]:
+      del call["latency_s"]
+    digest.update(json.dumps(plain, sort_keys=True, separators=(",", ":"),
+                             allow_nan=True).encode("utf-8"))
+    return digest.hexdigest()
 
   @classmethod
   def from_dict(cls, data: dict[str, Any]) -> SubRecord:

@@ -3,8 +3,8 @@
 M's controller sends every delegation of one round as ONE batch of `SubTaskRequest`s
 (plain data: query id, rollout index k, call index i, sub-task, context, a seed) and
 gets back one `SubAgentResult` per request: the report M will read and S's
-`SubRecord`. A remote client (a later service) implements the same `run` over a
-socket; requests and results convert to plain data (`to_dict` / `from_dict`).
+`SubRecord`. The remote client (`serving.remote_client`) implements the same `run`
+over gRPC (`serving.messages` converts requests and results).
 
 `InProcessSubAgentClient` runs S's lockstep loop (`lockstep.run_lockstep`, one S policy
 call per S round) over the whole batch with its own policy, tokenizer and limits.
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 import jax
 
@@ -43,12 +43,10 @@ class SubTaskRequest:
   subtask: str
   context: str = ""
 
-  def to_dict(self) -> dict[str, Any]:
-    return dataclasses.asdict(self)
-
-  @classmethod
-  def from_dict(cls, data: dict[str, Any]) -> SubTaskRequest:
-    return cls(**data)
+  @property
+  def key(self) -> tuple[str, int, int]:
+    """(query id, k, i), the key of the call's `SubRecord`."""
+    return (self.query_id, self.rollout_index, self.call_index)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -56,13 +54,6 @@ class SubAgentResult:
   """The report M reads and S's record of the call."""
   report: str
   record: SubRecord
-
-  def to_dict(self) -> dict[str, Any]:
-    return {"report": self.report, "record": self.record.to_dict()}
-
-  @classmethod
-  def from_dict(cls, data: dict[str, Any]) -> SubAgentResult:
-    return cls(data["report"], SubRecord.from_dict(data["record"]))
 
 
 class SubAgentClient(Protocol):

@@ -350,6 +350,38 @@ SPEC: dict[str, Any] = {
                             "sub-agent service before failing.", low=0.1),
         "call_timeout_s": Field(600.0, "Seconds one batch of sub-agent calls may take.",
                                 low=1.0),
+        "colocate": Field(False, "Run both RL slices in one process sharing its devices "
+                          "(`--slice=all`; `--slice=both` alone): chosen anyway on a TPU "
+                          "host whose chips cannot be split between two processes, such as "
+                          "one chip (`slices/colocated.py`)."),
+        "max_request_mib": Field(4, "Largest request the service reads, in MiB (a batch "
+                                 "of delegations: sub-tasks and their context).", low=1,
+                                 high=2047),
+        "max_reply_mib": Field(256, "Largest reply, in MiB (S's records of a batch, token "
+                               "ids included).", low=1, high=2047),
+        "max_concurrent_calls": Field(16, "Calls the service runs at once; more are told "
+                                      "to retry (busy).", low=1),
+        "handshake_timeout_s": Field(10.0, "Seconds a new connection may take to finish "
+                                     "its TLS and HTTP/2 handshake.", low=0.1),
+        "idle_timeout_s": Field(900.0, "Seconds a connection without calls stays open.",
+                                low=1.0),
+        "keepalive_s": Field(60.0, "Seconds between keepalive pings on an open connection.",
+                             low=1.0),
+        "keepalive_timeout_s": Field(20.0, "Seconds a ping may go unanswered before the "
+                                     "connection counts as dropped.", low=1.0),
+        "tls_cert": Field("", "PEM certificate chain the service presents (TLS on; needed "
+                          "for a non-loopback serving.host). Empty: plaintext."),
+        "tls_key": Field("", "PEM private key of serving.tls_cert."),
+        "tls_client_ca": Field("", "PEM CA certificates the service requires callers' "
+                               "certificates to be signed by (empty: no client "
+                               "certificates)."),
+        "tls_ca": Field("", "PEM CA certificates the main slice verifies the service with "
+                        "(empty: gRPC's bundled roots)."),
+        "tls_client_cert": Field("", "PEM certificate chain the main slice presents "
+                                 "(with serving.tls_client_ca)."),
+        "tls_client_key": Field("", "PEM private key of serving.tls_client_cert."),
+        "tls_server_name": Field("", "Name the service's certificate must carry (empty: "
+                                 "the host the main slice connects to)."),
     },
     "store": {
         "uri": Field("", "Statistics store: a folder or gs://bucket/prefix "

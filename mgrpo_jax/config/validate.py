@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import os
 import pathlib
 import re
 from collections.abc import Mapping
@@ -139,11 +140,8 @@ def _check_cross_keys(config: Mapping[str, Any]) -> None:
   if checkpoint["keep"] < mgrpo["staleness"] + 1:
     _fail("checkpoint.keep", f"must be >= mgrpo.staleness + 1 = {mgrpo['staleness'] + 1} "
           f"(a restarted sub slice serves the older versions), got {checkpoint['keep']}")
-  serving = config["serving"]
-  if not is_loopback(serving["host"]) and not serving["token_env"]:
-    _fail("serving.host", f"{serving['host']!r} is reachable from other machines, so the "
-          "sub-agent service needs a shared token: set serving.token_env to the name of an "
-          "environment variable holding it (or bind 127.0.0.1)")
+  _check_serving(config["serving"])
+  _check_learning(config)
   rollouts = mgrpo["queries_per_step"] * mgrpo["rollouts_per_query"]
   rows = {"main": rollouts,
           # the sub slice trains S on [B * K * D] rows
@@ -151,6 +149,63 @@ def _check_cross_keys(config: Mapping[str, Any]) -> None:
                  if parse_mode(experiment["mode"]).sub_trained else 0}
   for role in ("main", "sub"):
     _check_agent(role, config[role], experiment["num_steps"], rows[role])
+
+
+def _check_serving(serving: Mapping[str, Any]) -> None:
+  """The service's exposure and TLS keys: a non-loopback address needs a token and TLS;
+  certificates and keys come in pairs; client-side TLS keys need the service's TLS."""
+  if not is_loopback(serving["host"]):
+    for key, what in (("token_env", "a shared token: set serving.token_env to the name of "
+                       "an environment variable holding it"),
+                      ("tls_cert", "TLS: set serving.tls_cert and serving.tls_key to its "
+                       "PEM certificate and key")):
+      if not serving[key]:
+        _fail("serving.host", f"{serving['host']!r} is reachable from other machines, so "
+              f"the sub-agent service needs {what} (or bind 127.0.0.1)")
+  for cert, key in (("tls_cert", "tls_key"), ("tls_client_cert", "tls_client_key")):
+    if bool(serving[cert]) != bool(serving[key]):
+      missing = key if serving[cert] else cert
+      _fail(f"serving.{missing}", f"serving.{cert} and serving.{key} are set together, "
+            f"got only serving.{key if missing == cert else cert}")
+  for key in ("tls_client_ca", "tls_ca", "tls_client_cert", "tls_server_name"):
+    if serving[key] and not serving["tls_cert"]:
+      _fail(f"serving.{key}", "applies to TLS, which is off: set serving.tls_cert and "
+            "serving.tls_key")
+  if bool(serving["tls_client_ca"]) != bool(serving["tls_client_cert"]):
+    _fail("serving.tls_client_cert" if serving["tls_client_ca"] else "serving.tls_client_ca",
+          "client certificates need both serving.tls_client_ca (the service checks them) "
+          "and serving.tls_client_cert (the main slice presents one)")
+
+
+def _check_learning(config: Mapping[str, Any]) -> None:
+  """What would silently stop learning: RL sampling greedily (K identical rollouts, every
+  advantage 0) or a zero learning rate, for an agent the mode trains."""
+  mode = parse_mode(config["experiment"]["mode"])
+  for role in ("main", "sub") if mode.sub_trained else ("main",):
+    if config[role]["sampling"]["temperature"] == 0:
+      _fail(f"{role}.sampling.temperature", "RL samples K rollouts per query: at 0 they are "
+            "identical and every advantage is 0 (evaluation adds a greedy pass anyway); "
+            "must be > 0")
+    if config[role]["optim"]["learning_rate"] == 0:
+      _fail(f"{role}.optim.learning_rate", f"experiment.mode={mode.name!r} trains {role}: "
+            "must be > 0")
+  warm_start = config["warm_start"]
+  if warm_start["enabled"] and warm_start["learning_rate"] == 0:
+    _fail("warm_start.learning_rate", "warm_start.enabled trains the agents: must be > 0")
+
+
+def check_environment(config: Mapping[str, Any]) -> None:
+  """What a valid config names outside itself, checked before a slice starts: the token's
+  environment variable is set and the TLS files are readable (ConfigError naming the key)."""
+  serving = config["serving"]
+  if serving["token_env"] and not os.environ.get(serving["token_env"]):
+    _fail("serving.token_env", f"names the environment variable {serving['token_env']!r}, "
+          "which is unset or empty: the service's token")
+  for key in ("tls_cert", "tls_key", "tls_client_ca", "tls_ca", "tls_client_cert",
+              "tls_client_key"):
+    path = pathlib.Path(serving[key])
+    if serving[key] and not (path.is_file() and os.access(path, os.R_OK)):
+      _fail(f"serving.{key}", f"{serving[key]} is not a readable file")
 
 
 def _check_agent(role: str, agent: Mapping[str, Any], num_steps: int, rows: int) -> None:

@@ -3,8 +3,11 @@ optionally to a Weights & Biases run (`wandb_run.py`).
 
 One JSON object per line: `{"step": int, "time": float, "<name>": float, ...}`. Names are
 namespaced by agent and phase, e.g. `main/reward_mean`, `sub/advantage_std`,
-`time/rollout_s`. A slice that restarts from a checkpoint writes its steps again; readers
-keep the last line written for each step (`read_metrics`).
+`time/rollout_s`. A step's provisional line (written before the step is committed)
+also holds `"provisional": true`; its full line follows, and readers keep the last line
+written for each step (`read_metrics`). A step whose full line the file already holds is
+not written again: a slice that falls back to an older checkpoint and redoes steps
+leaves their lines (and TensorBoard and W&B points) as they were.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from collections.abc import Mapping
 from tensorboardX import SummaryWriter
 
 from mgrpo_jax.metrics.wandb_run import WandbRun
+
+PROVISIONAL = "provisional"  # the key that marks a step's provisional line
 
 
 class MetricsWriter:
@@ -36,6 +41,7 @@ class MetricsWriter:
     self.logdir = pathlib.Path(logdir)
     self.logdir.mkdir(parents=True, exist_ok=True)
     self.path = self.logdir / filename
+    self._written = _fully_written_steps(self.path)
     self._file = self.path.open("a", encoding="utf-8")
     self._tb = SummaryWriter(str(self.logdir / "tensorboard")) if tensorboard else None
     self._wandb = wandb_run
@@ -47,11 +53,16 @@ class MetricsWriter:
     `provisional`: the line goes to metrics.jsonl only, not to TensorBoard or W&B. A slice
     writes one before it commits a step (checkpoint, ack), then the step's full line, which
     readers take instead (`read_metrics`); a process killed between the two still leaves
-    the step a line.
+    the step a line. A step with a full line already (from an earlier run of the slice)
+    is not written again.
     """
+    if int(step) in self._written:
+      return
     record: dict[str, float | int] = {"step": int(step), "time": time.time()}
+    if provisional:
+      record[PROVISIONAL] = True
     for name, value in scalars.items():
-      if name in record:
+      if name in record or name == PROVISIONAL:
         raise ValueError(f"metric name {name!r} is reserved")
       try:
         record[name] = float(value)
@@ -61,6 +72,7 @@ class MetricsWriter:
     self._file.flush()
     if provisional:
       return
+    self._written.add(int(step))
     if self._tb is not None:
       for name, value in record.items():
         if name not in ("step", "time") and math.isfinite(value):
@@ -83,24 +95,41 @@ class MetricsWriter:
     self.close()
 
 
-def read_metrics(path: str | pathlib.Path) -> list[dict[str, float]]:
-  """Reads a metrics.jsonl file: one dict per step, the last line written for each step wins.
+def _fully_written_steps(path: pathlib.Path) -> set[int]:
+  """The steps with a full (not provisional) line in the metrics file at `path`, after
+  cutting a torn last line (a process killed mid-write), which appending would join."""
+  if not path.exists():
+    return set()
+  data = path.read_bytes()
+  if data and not data.endswith(b"\n"):
+    with path.open("r+b") as f:
+      f.truncate(data.rfind(b"\n") + 1)
+  return {r["step"] for r in _records(path) if not r.get(PROVISIONAL)}
 
-  A truncated last line (a process killed mid-write) is skipped; any other malformed line
-  raises ValueError naming the path and line number.
-  """
-  path = pathlib.Path(path)
-  by_step: dict[int, dict[str, float]] = {}
+
+def _records(path: pathlib.Path) -> list[dict[str, float]]:
+  """Every line of a metrics file, in order (see `read_metrics` for malformed ones)."""
+  records = []
   lines = path.read_text(encoding="utf-8").splitlines()
   for number, line in enumerate(lines, start=1):
     if not line.strip():
       continue
     try:
       record = json.loads(line)
-      step = int(record["step"])
+      record["step"] = int(record["step"])
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
       if number == len(lines):
         break
       raise ValueError(f"{path}:{number}: not a metrics record ({e})") from e
-    by_step[step] = record
+    records.append(record)
+  return records
+
+
+def read_metrics(path: str | pathlib.Path) -> list[dict[str, float]]:
+  """Reads a metrics.jsonl file: one dict per step, the last line written for each step wins.
+
+  A truncated last line (a process killed mid-write) is skipped; any other malformed line
+  raises ValueError naming the path and line number.
+  """
+  by_step = {record["step"]: record for record in _records(pathlib.Path(path))}
   return [by_step[s] for s in sorted(by_step)]

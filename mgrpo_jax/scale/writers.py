@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 
 from mgrpo_jax.metrics import MetricsWriter, WandbRun
 from mgrpo_jax.scale import distributed
@@ -37,6 +38,14 @@ def metrics_writer(paths: RunPaths, slice_name: str, config) -> MetricsWriter | 
                        wandb_run=wandb_run)
 
 
+_LINE = threading.local()
+
+
+def set_line_prefix(prefix: str) -> None:
+  """Starts this thread's `log` lines with `prefix` (both slices in one process)."""
+  _LINE.prefix = prefix
+
+
 def log(message: str) -> None:
   """One line on stdout, flushed (the `--slice=all` parent prefixes and relays it).
 
@@ -44,5 +53,5 @@ def log(message: str) -> None:
   """
   if not distributed.is_writer():
     return
-  sys.stdout.write(f"{message}\n")
+  sys.stdout.write(f"{getattr(_LINE, 'prefix', '')}{message}\n")
   sys.stdout.flush()

@@ -1,4 +1,4 @@
-"""The sub-agent service the main slice calls, and the request/response layer under it."""
+"""The sub-agent service the main slice calls, and the gRPC layer under it."""
 
 from mgrpo_jax.serving.rpc import (
                                    ClientSettings,

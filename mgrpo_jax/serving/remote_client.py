@@ -1,60 +1,67 @@
 """The main slice's `SubAgentClient` for the remote sub-agent service.
 
 `RemoteSubAgentClient.run(requests, seed)` sends one delegation batch as one
-`run_subtasks` call, tagged with the step, the S weight version the step must use and
-the batch's index within the step (`begin_step` resets it; the controller's batches are
-deterministic, so a restarted step sends the same batches with the same tags).
+`RunSubtasks` call (gRPC, `sub_service.py`), tagged with the step, the S weight version
+the step must use and the batch's index within the step (`begin_step` resets it; the
+controller's batches are deterministic, so a restarted step sends the same batches with
+the same tags).
 
 Failures:
   - unreachable service (not started, died, restarted elsewhere): every attempt
     re-resolves the address (a restarted sub slice publishes a new port) and retries
-    with backoff; after `deadline_s` without an answer it raises
+    with backoff; after `serving.deadline_s` without an answer it raises
     `ServiceUnavailableError` naming the address it last tried.
-  - "not_ready" (S has not yet published the requested version): polled until
+  - NOT_READY (S has not yet published the requested version): polled until
     `ready_timeout_s`, then `TimeoutError`.
   - a handler error or a refused request: `RpcError` at once (not retried).
-  - an answer slower than `call_timeout_s`: `RpcTimeoutError` (not retried).
+  - an answer slower than `serving.call_timeout_s`: `RpcTimeoutError` (not retried).
 Every attempt of one call carries the same request id, so a batch the service is still
 running when the connection drops is not run a second time by the retry.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+
+from google.protobuf.message import Message
 
 from mgrpo_jax.agents.sub_client import SubAgentResult, SubTaskRequest
+from mgrpo_jax.serving import messages
 from mgrpo_jax.serving.address import Address
+from mgrpo_jax.serving.proto import sub_agent_pb2 as pb
 from mgrpo_jax.serving.rpc import ClientSettings, RpcClient, ServiceUnavailableError
-from mgrpo_jax.serving.sub_service import NOT_READY
+from mgrpo_jax.serving.tls import ClientTls
 
 # Seconds one connection attempt window lasts before the address is read again.
 _ATTEMPT_WINDOW_S = 2.0
 
 
 class RemoteSubAgentClient:
-  """`SubAgentClient` over RPC (see the module docstring)."""
+  """`SubAgentClient` over gRPC (see the module docstring)."""
 
   def __init__(self, resolve: Callable[[], Address | None], *, describe: str,
-               token: str | None = None, deadline_s: float = 120.0,
-               call_timeout_s: float = 600.0, ready_timeout_s: float = 3600.0,
+               token: str | None = None, settings: ClientSettings = ClientSettings(),
+               tls: ClientTls | None = None, ready_timeout_s: float = 3600.0,
                poll_s: float = 0.05):
     """Args:
       resolve: returns the service address, or None while it is not published.
       describe: where the address comes from, for errors (a file path or "host:port").
       token: the shared service token, if the service requires one.
-      deadline_s: seconds to keep retrying an unreachable service.
-      call_timeout_s: seconds one batch may take to be answered.
+      settings: the calls' limits; `settings.deadline` is how long an unreachable
+        service is retried, across address changes.
+      tls: the client's TLS (None: plaintext).
       ready_timeout_s: seconds to wait for the requested S weight version.
-      poll_s: first pause between "not_ready" polls (doubles up to 1 s).
+      poll_s: first pause between NOT_READY polls (doubles up to 1 s).
     """
     self._resolve = resolve
     self._describe = describe
     self._token = token
-    self._deadline_s = deadline_s
-    self._call_timeout_s = call_timeout_s
+    self._settings = settings
+    self._tls = tls
+    self._deadline_s = settings.deadline
     self._ready_timeout_s = ready_timeout_s
     self._poll_s = poll_s
     self._clients: dict[Address, RpcClient] = {}
@@ -67,8 +74,8 @@ class RemoteSubAgentClient:
     """Tags the following batches with `step` and the S weight `version` to use."""
     self._step, self._version, self._batch = step, version, 0
 
-  def call(self, method: str, payload: dict[str, Any]) -> dict[str, Any]:
-    """One RPC, retried across address changes until `deadline_s` (module docstring)."""
+  def call(self, method: str, request: Message, reply_type: type[Message]) -> Message:
+    """One RPC, retried across address changes until the deadline (module docstring)."""
     deadline = time.monotonic() + self._deadline_s
     request_id = uuid.uuid4().hex
     last: Address | None = None
@@ -92,37 +99,39 @@ class RemoteSubAgentClient:
       if client is None:
         for old in self._clients.values():
           old.close()
-        self._clients = {address: RpcClient(address, token=self._token, settings=ClientSettings(
-            deadline=min(_ATTEMPT_WINDOW_S, remaining), call_timeout=self._call_timeout_s))}
-        client = self._clients[address]
+        client = RpcClient(messages.SERVICE, address, token=self._token, tls=self._tls,
+                           settings=dataclasses.replace(
+                               self._settings, deadline=min(_ATTEMPT_WINDOW_S, remaining)))
+        self._clients = {address: client}
       try:
-        return client.call(method, payload, request_id=request_id)
+        return client.call(method, request, reply_type, request_id=request_id)
       except ServiceUnavailableError as e:
         error = e
         del self._clients[address]
         client.close()
 
-  def status(self) -> dict[str, Any]:
-    return self.call("status", {})
+  def status(self) -> pb.StatusReply:
+    return self.call("Status", pb.StatusRequest(), pb.StatusReply)
 
   def run(self, requests: Sequence[SubTaskRequest], seed: int) -> list[SubAgentResult]:
-    payload = {"step": self._step, "seed": int(seed), "version": self._version,
-               "batch": self._batch, "requests": [r.to_dict() for r in requests]}
+    request = pb.RunSubtasksRequest(step=self._step, seed=int(seed), version=self._version,
+                                    batch=self._batch,
+                                    tasks=[messages.task_to_proto(r) for r in requests])
     ready_by = time.monotonic() + self._ready_timeout_s
     pause = self._poll_s
     while True:
-      reply = self.call("run_subtasks", payload)
-      if reply["status"] != NOT_READY:
+      reply = self.call("RunSubtasks", request, pb.RunSubtasksReply)
+      if reply.status != pb.RunSubtasksReply.NOT_READY:
         break
       if time.monotonic() > ready_by:
-        raise TimeoutError(f"the sub-agent service stayed at S version {reply['version']} "
+        raise TimeoutError(f"the sub-agent service stayed at S version {reply.version} "
                            f"for {self._ready_timeout_s:g}s; step {self._step} needs "
                            f"version {self._version}")
       time.sleep(pause)
       pause = min(1.0, 2 * pause)
     self._batch += 1
-    self.last_version = int(reply["version"])
-    results = [SubAgentResult.from_dict(r) for r in reply["results"]]
+    self.last_version = int(reply.version)
+    results = [messages.result_from_proto(r) for r in reply.results]
     if len(results) != len(requests):
       raise ValueError(f"the sub-agent service returned {len(results)} results for "
                        f"{len(requests)} requests")

@@ -1,24 +1,36 @@
-"""A small request/response protocol over TCP: framed JSON, one thread per connection.
+"""Unary gRPC calls between the slices: the server and client under the sub-agent service.
 
-The main slice calls the sub slice through it (`--slice=all` uses loopback, a pod uses the
-sub slice's host). Frames (`frames.py`): the request's token, then its JSON body
-`{"method": str, "payload": dict, "id": str}`; the response `{"ok": true, "result": dict}`
-or `{"ok": false, "error": str}` (with `"retry": true` when the server is at its
-connection cap: the client retries).
+The server (`RpcServer`) serves the methods of one gRPC service. A method reads the
+request's serialized bytes itself (`Method.parse`, e.g. `messages.parse_request`, which
+checks them against the schema before parsing) and returns a protobuf reply. What the
+server enforces, each a `ServerLimits` field (config keys `serving.*`):
 
-The server (`RpcServer`) refuses a wrong token before reading the body, answers every
-malformed frame with an error instead of dropping the connection, gives up on a frame
-not complete within `read_timeout_s` and on a connection idle for `idle_timeout_s`,
-serves at most `max_connections` connections at once, and runs each request id once: a
-retry of a call that is still running waits for that run's answer, and a retry of a
-finished one gets its answer again (the newest `kept_replies` are kept). It refuses to
-listen on a non-loopback address without a token.
+  - the token: call metadata `mgrpo-token-bin` (any UTF-8, sent as bytes), compared in
+    constant time (`hmac.compare_digest`) when the call's headers arrive, before its
+    body is read: a wrong token is UNAUTHENTICATED and the body is never buffered;
+  - a request at most `max_request_bytes` (larger: RESOURCE_EXHAUSTED, unread), a reply
+    at most `max_reply_bytes`;
+  - at most `max_concurrent_calls` calls at once (more: RESOURCE_EXHAUSTED, which the
+    client retries as "busy"); connections hold no thread, so idle ones cost only memory;
+  - a new connection must finish its handshake (TLS and HTTP/2) within
+    `handshake_timeout_s`; a connection without calls for `idle_timeout_s` is closed;
+    keepalive pings every `keepalive_s`, a peer silent for `keepalive_timeout_s` after
+    one is dropped;
+  - TLS (`ServerTls`: its certificate, optionally client certificates it requires) on
+    any address; without TLS and a token it listens on loopback only.
 
-The client (`RpcClient`) retries connection failures with backoff until a deadline,
-resending the same request id; an answer that takes longer than `call_timeout` raises
-`RpcTimeoutError` (not retried: the call may still be running). Handlers must still be
-idempotent (the sub-agent service is: serving a request again gives the same result),
-since a server that restarted has forgotten its request ids.
+Each request id (metadata `mgrpo-request-id`) runs once: a retry of a call that is still
+running waits for that run's answer, a retry of a finished one gets its answer again
+(the newest `kept_replies`), and the same id with other bytes is refused. A bad request
+(`messages.BadRequest`) is INVALID_ARGUMENT with the reason; any other error of a
+method is INTERNAL naming it, and the server keeps serving.
+
+The client (`RpcClient`) retries UNAVAILABLE (no server, a dropped connection) and
+"busy" with backoff until `ClientSettings.deadline`, resending the same request id,
+then raises `ServiceUnavailableError` naming the address; a call not answered within
+`call_timeout` (a gRPC deadline) raises `RpcTimeoutError` (not retried: it may still be
+running); any other error status raises `RpcError`. Handlers must still be idempotent
+(the sub-agent service is), since a restarted server has forgotten its request ids.
 """
 
 from __future__ import annotations
@@ -26,32 +38,24 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import dataclasses
+import hashlib
 import hmac
-import socket
-import socketserver
 import threading
-import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
+
+import grpc
+from google.protobuf.message import Message
 
 from mgrpo_jax.config.validate import is_loopback
-from mgrpo_jax.serving.frames import (
-  MAX_FRAME_BYTES,
-  MAX_TOKEN_BYTES,
-  FrameError,
-  decode_body,
-  recv_exact,
-  recv_length,
-  recv_response,
-  request_bytes,
-  response_bytes,
-)
+from mgrpo_jax.serving.messages import BadRequest
+from mgrpo_jax.serving.tls import ClientTls, ServerTls
 from mgrpo_jax.utils.retry import Backoff, RetryPolicy, call_with_retry
 
-Handler = Callable[[dict[str, Any]], dict[str, Any]]
+TOKEN_KEY = "mgrpo-token-bin"
+REQUEST_ID_KEY = "mgrpo-request-id"
 MAX_REQUEST_ID_CHARS = 128
-_DRAIN_S = 1.0  # seconds a refused connection's unread bytes are discarded before closing
+_BUSY = "Concurrent RPC limit exceeded"  # gRPC's message when maximum_concurrent_rpcs is hit
 
 
 class RpcError(RuntimeError):
@@ -66,297 +70,268 @@ class RpcTimeoutError(TimeoutError):
   """The service took the request but did not answer within the call timeout."""
 
 
-class _ServerBusy(ConnectionError):
-  """The server is at its connection cap (retried like a refused connection)."""
-
-
-class _Refused(Exception):
-  """A request the server answers with an error and then closes the connection on."""
+class _Unavailable(ConnectionError):
+  """One attempt found no server, lost its connection or was told "busy" (retried)."""
 
 
 @dataclasses.dataclass(frozen=True)
 class ServerLimits:
-  """What one `RpcServer` allows.
+  """What one `RpcServer` allows (module docstring; keys `serving.*`)."""
 
-  Attributes:
-    read_timeout_s: seconds a request frame may take to arrive once it has begun.
-    idle_timeout_s: seconds a connection may wait for its next request (and a reply may
-      take to be sent).
-    max_connections: connections served at once; more are answered "busy".
-    kept_replies: finished replies kept by request id, for retries.
-  """
-
-  read_timeout_s: float = 30.0
+  max_request_bytes: int = 4 << 20
+  max_reply_bytes: int = 256 << 20
+  max_concurrent_calls: int = 16
+  handshake_timeout_s: float = 10.0
   idle_timeout_s: float = 900.0
-  max_connections: int = 16
+  keepalive_s: float = 60.0
+  keepalive_timeout_s: float = 20.0
   kept_replies: int = 8
 
   def __post_init__(self):
-    if min(self.read_timeout_s, self.idle_timeout_s) <= 0 or min(
-        self.max_connections, self.kept_replies) < 1:
+    if (min(self.max_request_bytes, self.max_reply_bytes, self.max_concurrent_calls,
+            self.kept_replies) < 1
+        or min(self.handshake_timeout_s, self.idle_timeout_s, self.keepalive_s,
+               self.keepalive_timeout_s) <= 0):
       raise ValueError(f"invalid server limits {self}")
 
+  @classmethod
+  def from_config(cls, serving) -> ServerLimits:
+    return cls(max_request_bytes=int(serving.max_request_mib) << 20,
+               max_reply_bytes=int(serving.max_reply_mib) << 20,
+               max_concurrent_calls=int(serving.max_concurrent_calls),
+               handshake_timeout_s=float(serving.handshake_timeout_s),
+               idle_timeout_s=float(serving.idle_timeout_s),
+               keepalive_s=float(serving.keepalive_s),
+               keepalive_timeout_s=float(serving.keepalive_timeout_s))
 
-class _ThreadingServer(socketserver.ThreadingTCPServer):
-  """One thread per connection, at most `max_connections` at once."""
-
-  daemon_threads = True
-  allow_reuse_address = True
-
-  def __init__(self, address, handler, max_connections: int):
-    self._slots = threading.BoundedSemaphore(max_connections)
-    self._max_connections = max_connections
-    super().__init__(address, handler)
-
-  def process_request(self, request, client_address):
-    if not self._slots.acquire(blocking=False):
-      _refuse(request, {"ok": False, "retry": True, "error": (
-          f"busy: serving {self._max_connections} connections already")}, drain=False)
-      self.shutdown_request(request)
-      return
-    try:
-      super().process_request(request, client_address)
-    except BaseException:
-      self._slots.release()
-      raise
-
-  def process_request_thread(self, request, client_address):
-    try:
-      super().process_request_thread(request, client_address)
-    finally:
-      self._slots.release()
+  def options(self) -> list[tuple[str, int]]:
+    """The server's gRPC channel arguments."""
+    return [("grpc.max_receive_message_length", self.max_request_bytes),
+            ("grpc.max_send_message_length", self.max_reply_bytes),
+            ("grpc.server_handshake_timeout_ms", int(self.handshake_timeout_s * 1000)),
+            ("grpc.max_connection_idle_ms", int(self.idle_timeout_s * 1000)),
+            ("grpc.keepalive_time_ms", int(self.keepalive_s * 1000)),
+            ("grpc.keepalive_timeout_ms", int(self.keepalive_timeout_s * 1000)),
+            # clients ping every keepalive_s; pings twice as often are still allowed
+            ("grpc.http2.min_recv_ping_interval_without_data_ms",
+             int(self.keepalive_s * 500)),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.so_reuseport", 0)]
 
 
-def _refuse(sock: socket.socket, reply: dict[str, Any], *, drain: bool = True) -> None:
-  """Sends `reply`; with `drain`, then discards what the peer still sends for a moment, so
-  closing does not reset the connection before the peer has read the reply."""
-  try:
-    sock.settimeout(_DRAIN_S)
-    sock.sendall(response_bytes(reply))
-    if not drain:
-      return
-    sock.shutdown(socket.SHUT_WR)
-    deadline = time.monotonic() + _DRAIN_S
-    while time.monotonic() < deadline and sock.recv(1 << 16):
-      pass
-  except OSError:
-    pass
+@dataclasses.dataclass(frozen=True)
+class Method:
+  """One unary method: `parse(request bytes) -> request`, `run(request) -> reply`.
+
+  Either may raise `messages.BadRequest` (INVALID_ARGUMENT, with its message)."""
+
+  parse: Callable[[bytes], Message]
+  run: Callable[[Message], Message]
+
+
+def _target(host: str, port: int) -> str:
+  return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class _TokenCheck(grpc.ServerInterceptor):
+  """Refuses a call whose token is missing or wrong before its body is read."""
+
+  def __init__(self, token: bytes):
+    self._token = token
+
+  def intercept_service(self, continuation, handler_call_details):
+    sent = dict(handler_call_details.invocation_metadata).get(TOKEN_KEY, b"")
+    if isinstance(sent, bytes) and hmac.compare_digest(sent, self._token):
+      return continuation(handler_call_details)
+
+    def refuse(request_iterator, context):  # never reads the request: its body stays unread
+      del request_iterator
+      context.abort(grpc.StatusCode.UNAUTHENTICATED, "unauthorized: missing or wrong "
+                    "service token")
+
+    return grpc.stream_unary_rpc_method_handler(refuse)
+
+
+# A finished call: (None, reply bytes) or (error status, message).
+_Outcome = tuple[grpc.StatusCode | None, bytes | str]
 
 
 class RpcServer:
-  """Serves `handlers[method](payload) -> result` on (host, port); port 0 picks a free one."""
+  """Serves `methods` of gRPC service `service` on (host, port); port 0 picks a free one."""
 
-  def __init__(self, handlers: Mapping[str, Handler], *, host: str = "127.0.0.1",
-               port: int = 0, token: str | None = None,
-               limits: ServerLimits = ServerLimits()) -> None:
-    if token is None and not is_loopback(host):
+  def __init__(self, service: str, methods: Mapping[str, Method], *,
+               host: str = "127.0.0.1", port: int = 0, token: str | None = None,
+               limits: ServerLimits = ServerLimits(), tls: ServerTls | None = None) -> None:
+    if not is_loopback(host) and (token is None or tls is None):
       raise ValueError(f"serving.host={host!r} is reachable from other machines: the service "
-                       "needs a shared token (serving.token_env)")
-    self._handlers = dict(handlers)
-    self._token = None if token is None else token.encode("utf-8")
+                       "needs a shared token (serving.token_env) and TLS (serving.tls_cert, "
+                       "serving.tls_key)")
     self._limits = limits
     self._lock = threading.Lock()
-    self._connections: set[socket.socket] = set()
-    self._replies: collections.OrderedDict[str, concurrent.futures.Future] = (
+    self._outcomes: collections.OrderedDict[str, tuple[bytes, concurrent.futures.Future]] = (
         collections.OrderedDict())
-    outer = self
-
-    class _Connection(socketserver.BaseRequestHandler):
-
-      def setup(self) -> None:
-        with outer._lock:
-          outer._connections.add(self.request)
-
-      def finish(self) -> None:
-        with outer._lock:
-          outer._connections.discard(self.request)
-
-      def handle(self) -> None:
-        outer._serve(self.request)
-
-    self._server = _ThreadingServer((host, port), _Connection, limits.max_connections)
-    self._thread: threading.Thread | None = None
+    handlers = {name: grpc.unary_unary_rpc_method_handler(
+        self._handler(name, method)) for name, method in methods.items()}
+    self._server = grpc.server(
+        concurrent.futures.ThreadPoolExecutor(limits.max_concurrent_calls,
+                                              thread_name_prefix="rpc"),
+        handlers=[grpc.method_handlers_generic_handler(service, handlers)],
+        interceptors=[] if token is None else [_TokenCheck(token.encode("utf-8"))],
+        options=limits.options(), maximum_concurrent_rpcs=limits.max_concurrent_calls)
+    target = _target(host, port)
+    try:
+      bound = (self._server.add_insecure_port(target) if tls is None
+               else self._server.add_secure_port(target, tls.credentials()))
+    except RuntimeError:  # gRPC's "Failed to bind" (in use, no such address)
+      bound = 0
+    if not bound:
+      raise OSError(f"serving.host:port = {target}: cannot listen there (in use, or not an "
+                    "address of this machine)")
+    self._address = (host, bound)
 
   @property
   def address(self) -> tuple[str, int]:
-    host, port = self._server.server_address[:2]
-    return host, port
+    return self._address
 
-  def _serve(self, sock: socket.socket) -> None:
-    """Answers the requests of one connection until it closes, idles or misbehaves."""
-    while True:
-      try:
-        request = self._read_request(sock)
-      except _Refused as e:
-        _refuse(sock, {"ok": False, "error": str(e)})
-        return
-      except (ConnectionError, OSError):
-        return
-      if request is None:
-        return
-      try:
-        reply = response_bytes(self._answer(request))
-        sock.settimeout(self._limits.idle_timeout_s)  # the peer must take the reply in time
-        sock.sendall(reply)
-      except ValueError as e:  # a result too large for one frame
-        _refuse(sock, {"ok": False, "error": f"reply not sent: {e}"})
-        return
-      except OSError:
-        return
+  def _handler(self, name: str, method: Method):
+    def handle(data: bytes, context: grpc.ServicerContext) -> bytes:
+      metadata = dict(context.invocation_metadata())
+      code, reply = self._once(metadata.get(REQUEST_ID_KEY), data, lambda: _run(method, data))
+      if code is not None:
+        context.abort(code, f"method {name!r}: {reply}")
+      return reply
+    return handle
 
-  def _read_request(self, sock: socket.socket) -> dict[str, Any] | None:
-    """The next request; None when the peer closed or stayed idle; _Refused for a frame
-    answered with an error (wrong token, too large, undecodable, too slow)."""
-    sock.settimeout(self._limits.idle_timeout_s)
-    try:
-      if not sock.recv(1, socket.MSG_PEEK):
-        return None
-    except TimeoutError:
-      return None
-    deadline = time.monotonic() + self._limits.read_timeout_s
-    try:
-      token = recv_exact(sock, recv_length(sock, MAX_TOKEN_BYTES, "token", deadline), deadline)
-      if self._token is not None and not hmac.compare_digest(token, self._token):
-        raise _Refused("unauthorized: missing or wrong service token")
-      length = recv_length(sock, MAX_FRAME_BYTES, "request", deadline)
-      return decode_body(recv_exact(sock, length, deadline))
-    except FrameError as e:
-      raise _Refused(f"bad request: {e}") from None
-    except TimeoutError:
-      raise _Refused(f"bad request: frame not complete within "
-                     f"{self._limits.read_timeout_s:g}s") from None
-
-  def _answer(self, request: dict[str, Any]) -> dict[str, Any]:
-    """The reply to `request`, run once per request id (module docstring)."""
-    request_id = request.get("id")
+  def _once(self, request_id: str | None, data: bytes, run: Callable[[], _Outcome]) -> _Outcome:
+    """`run()`'s outcome, run once per request id (module docstring)."""
     if request_id is None:
-      return self._dispatch(request)
-    if not isinstance(request_id, str) or not 0 < len(request_id) <= MAX_REQUEST_ID_CHARS:
-      return {"ok": False, "error": f"bad request: id must be a string of 1 to "
-                                    f"{MAX_REQUEST_ID_CHARS} characters"}
+      return run()
+    if not 0 < len(request_id) <= MAX_REQUEST_ID_CHARS:
+      return (grpc.StatusCode.INVALID_ARGUMENT,
+              f"bad request: {REQUEST_ID_KEY} must have 1 to {MAX_REQUEST_ID_CHARS} characters")
+    digest = hashlib.sha256(data).digest()
     with self._lock:
-      future = self._replies.get(request_id)
-      owner = future is None
+      kept = self._outcomes.get(request_id)
+      owner = kept is None
       if owner:
-        future = self._replies[request_id] = concurrent.futures.Future()
+        kept = self._outcomes[request_id] = (digest, concurrent.futures.Future())
+    if kept[0] != digest:
+      return (grpc.StatusCode.INVALID_ARGUMENT,
+              f"bad request: request id {request_id!r} was used for another request")
+    future = kept[1]
     if owner:
-      future.set_result(self._dispatch(request))
+      future.set_result(run())
       with self._lock:
-        done = [k for k, f in self._replies.items() if f.done()]
+        done = [key for key, (_, f) in self._outcomes.items() if f.done()]
         for key in done[:max(0, len(done) - self._limits.kept_replies)]:
-          del self._replies[key]
+          del self._outcomes[key]
     return future.result()
 
-  def _dispatch(self, request: dict[str, Any]) -> dict[str, Any]:
-    method = request.get("method")
-    if not isinstance(method, str) or method not in self._handlers:
-      return {"ok": False, "error": f"unknown method {method!r}; known: "
-                                    f"{', '.join(sorted(self._handlers))}"}
-    payload = request.get("payload")
-    if not isinstance(payload, dict):
-      return {"ok": False, "error": f"method {method!r}: payload must be an object"}
-    try:
-      return {"ok": True, "result": self._handlers[method](payload)}
-    except Exception as e:  # noqa: BLE001 (reported to the caller, never kills the server)
-      return {"ok": False, "error": f"method {method!r} failed: {type(e).__name__}: {e}"}
-
   def start(self) -> RpcServer:
-    self._thread = threading.Thread(target=self._server.serve_forever, name="rpc-server",
-                                    daemon=True)
-    self._thread.start()
+    self._server.start()
     return self
 
-  def serve_forever(self) -> None:
-    self._server.serve_forever()
-
   def stop(self) -> None:
-    """Stops accepting and closes open connections, as a process exit would."""
-    self._server.shutdown()
-    self._server.server_close()
-    with self._lock:
-      for connection in self._connections:
-        try:
-          connection.shutdown(socket.SHUT_RDWR)
-        except OSError:
-          pass
-    if self._thread is not None:
-      self._thread.join()
+    """Stops at once, cancelling running calls, as a process exit would."""
+    self._server.stop(grace=None).wait()
+
+
+def _run(method: Method, data: bytes) -> _Outcome:
+  try:
+    return None, method.run(method.parse(data)).SerializeToString()
+  except BadRequest as e:
+    return grpc.StatusCode.INVALID_ARGUMENT, f"bad request: {e}"
+  except Exception as e:  # noqa: BLE001 (reported to the caller, never kills the server)
+    return grpc.StatusCode.INTERNAL, f"failed: {type(e).__name__}: {e}"
 
 
 @dataclasses.dataclass(frozen=True)
 class ClientSettings:
-  """How an `RpcClient` waits.
+  """How an `RpcClient` waits (keys `serving.*`).
 
   Attributes:
-    deadline: seconds a call keeps retrying connection failures before giving up (it
-      bounds reconnecting, not a slow answer).
+    deadline: seconds a call keeps retrying an unreachable or busy server (it bounds
+      reconnecting, not a slow answer).
     call_timeout: seconds one attempt may wait for its answer (a whole sub-agent batch).
-    connect_timeout: seconds to open a connection.
+    max_reply_bytes: the largest reply accepted.
+    keepalive_s, keepalive_timeout_s: pings on an open connection, and how long an
+      unanswered one may wait before the connection counts as dropped.
   """
 
   deadline: float = 120.0
   call_timeout: float = 600.0
-  connect_timeout: float = 5.0
+  max_reply_bytes: int = 256 << 20
+  keepalive_s: float = 60.0
+  keepalive_timeout_s: float = 20.0
 
+  @classmethod
+  def from_config(cls, serving) -> ClientSettings:
+    return cls(deadline=float(serving.deadline_s), call_timeout=float(serving.call_timeout_s),
+               max_reply_bytes=int(serving.max_reply_mib) << 20,
+               keepalive_s=float(serving.keepalive_s),
+               keepalive_timeout_s=float(serving.keepalive_timeout_s))
 
-def _is_transient(e: BaseException) -> bool:
-  return isinstance(e, (ConnectionError, OSError)) and not isinstance(e, RpcTimeoutError)
+  def options(self) -> list[tuple[str, int]]:
+    """The channel's gRPC arguments: reconnects are retried quickly (the call's own
+    backoff paces them), not after gRPC's default of up to two minutes."""
+    return [("grpc.max_receive_message_length", self.max_reply_bytes),
+            ("grpc.max_send_message_length", -1),
+            ("grpc.keepalive_time_ms", int(self.keepalive_s * 1000)),
+            ("grpc.keepalive_timeout_ms", int(self.keepalive_timeout_s * 1000)),
+            ("grpc.initial_reconnect_backoff_ms", 50),
+            ("grpc.min_reconnect_backoff_ms", 50),
+            ("grpc.max_reconnect_backoff_ms", 1000),
+            ("grpc.enable_retries", 0)]
 
 
 class RpcClient:
-  """Calls an `RpcServer`, retrying connection failures with backoff until the deadline."""
+  """Calls an `RpcServer`, retrying unavailability with backoff until the deadline."""
 
-  def __init__(self, address: tuple[str, int], *, token: str | None = None,
-               settings: ClientSettings = ClientSettings()) -> None:
+  def __init__(self, service: str, address: tuple[str, int], *, token: str | None = None,
+               settings: ClientSettings = ClientSettings(), tls: ClientTls | None = None
+               ) -> None:
     self.address = address
-    self._token = b"" if token is None else token.encode("utf-8")
+    self._service = service
+    self._metadata = (() if token is None
+                      else ((TOKEN_KEY, token.encode("utf-8")),))
     self._settings = settings
-    self._sock: socket.socket | None = None
-    self._lock = threading.Lock()
+    target = _target(*address)
+    options = settings.options() + ([] if tls is None else tls.options())
+    self._channel = (grpc.insecure_channel(target, options=options) if tls is None
+                     else grpc.secure_channel(target, tls.credentials(), options=options))
 
-  def _attempt(self, frame: bytes, method: str) -> dict[str, Any]:
-    try:
-      if self._sock is None:
-        self._sock = socket.create_connection(self.address,
-                                              timeout=self._settings.connect_timeout)
-      self._sock.settimeout(self._settings.call_timeout)
-      self._sock.sendall(frame)
-      try:
-        response = recv_response(self._sock, time.monotonic() + self._settings.call_timeout)
-      except TimeoutError:
-        host, port = self.address
-        raise RpcTimeoutError(
-            f"{host}:{port} {method!r}: no answer within {self._settings.call_timeout:g}s "
-            "(serving.call_timeout_s); the call may still be running") from None
-    except BaseException:
-      self.close()
-      raise
-    if response.get("retry"):
-      self.close()
-      raise _ServerBusy(str(response.get("error")))
-    return response
-
-  def call(self, method: str, payload: Mapping[str, Any], *,
-           request_id: str | None = None) -> dict[str, Any]:
-    """Returns the handler's result; raises RpcError, RpcTimeoutError or
+  def call(self, method: str, request: Message, reply_type: type[Message], *,
+           request_id: str | None = None) -> Message:
+    """The reply to `request`; raises RpcError, RpcTimeoutError or
     ServiceUnavailableError. `request_id` (default: a fresh one) names the call for the
     server across retries: callers that retry a call themselves pass the same id."""
-    frame = request_bytes(self._token, {"method": method, "payload": dict(payload),
-                                        "id": request_id or uuid.uuid4().hex})
     host, port = self.address
+    stub = self._channel.unary_unary(f"/{self._service}/{method}",
+                                     request_serializer=type(request).SerializeToString,
+                                     response_deserializer=reply_type.FromString)
+    metadata = (*self._metadata, (REQUEST_ID_KEY, request_id or uuid.uuid4().hex))
+
+    def attempt(_: float) -> Message:
+      try:
+        return stub(request, timeout=self._settings.call_timeout, metadata=metadata)
+      except grpc.RpcError as e:
+        code, details = e.code(), e.details()
+        if code == grpc.StatusCode.UNAVAILABLE or (
+            code == grpc.StatusCode.RESOURCE_EXHAUSTED and _BUSY in (details or "")):
+          raise _Unavailable(f"{code.name}: {details}") from None
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+          raise RpcTimeoutError(
+              f"{host}:{port} {method!r}: no answer within {self._settings.call_timeout:g}s "
+              "(serving.call_timeout_s); the call may still be running") from None
+        raise RpcError(f"{host}:{port} {method!r}: {code.name}: {details}") from None
+
     policy = RetryPolicy(deadline=self._settings.deadline,
                          request_timeout=self._settings.call_timeout,
                          backoff=Backoff(initial=0.05, multiplier=2.0, maximum=2.0))
-    with self._lock:
-      response = call_with_retry(
-          lambda _: self._attempt(frame, method), policy=policy,
-          is_transient=_is_transient, operation=f"call {method!r} to {host}:{port}",
-          error_type=ServiceUnavailableError)
-    if not response.get("ok"):
-      raise RpcError(f"{host}:{port} {method!r}: {response.get('error', 'no error message')}")
-    return response["result"]
+    return call_with_retry(attempt, policy=policy,
+                           is_transient=lambda e: isinstance(e, _Unavailable),
+                           operation=f"call {method!r} to {host}:{port}",
+                           error_type=ServiceUnavailableError)
 
   def close(self) -> None:
-    if self._sock is not None:
-      self._sock.close()
-      self._sock = None
+    self._channel.close()

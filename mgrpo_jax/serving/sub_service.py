@@ -1,27 +1,31 @@
-"""The sub-agent service: S's turns for the main slice, served on the sub slice over RPC.
+"""The sub-agent service: S's turns for the main slice, served on the sub slice over gRPC.
 
-Methods (`rpc.RpcServer` handlers, plain JSON):
-  run_subtasks {step, seed, version, batch, requests: [SubTaskRequest dict]}
-      -> {"status": "ok", "version": v, "results": [SubAgentResult dict]}
-       | {"status": "not_ready", "version": current}
+Methods (`proto/sub_agent.proto`, service `SubAgent`):
+  RunSubtasks {step, seed, version, batch, tasks} -> {status OK, version, results}
+                                                   | {status NOT_READY, version: current}
     Runs S's lockstep loop (`agents.InProcessSubAgentClient`, one S policy call per S
     round for the whole batch: concurrent delegations of one M round share sampler
     calls) with S's weights of EXACTLY version `version`. A version newer than the
-    trainer has published answers "not_ready" (the caller retries); the service keeps
+    trainer has published answers NOT_READY (the caller retries); the service keeps
     the newest `keep_versions` versions (staleness + 1), so with a staleness bound s the
     main slice's step t is always served by version max(0, t - s) whatever the sub
     trainer's progress: rollouts never depend on timing. The batch's `SubRecord`s are
-    handed to `persist(step, [(record, (batch, position))])` BEFORE the reply, so the
-    sub trainer finds every call that M saw; serving the same request again produces the
-    same records and replaces them.
-  status {} -> {"version": current}
+    stored in the step's record cache (`RecordCache.put`, with their arrival: batch,
+    position) BEFORE the reply, so the sub trainer finds every call that M saw.
+  Status {} -> {version}
 
-Requests the service did not hand out are refused before anything runs or is
-persisted (`RequestGate`): a step outside the run, a version other than the one the
-step must use (max(0, step - staleness)), a query id not among the run's questions, a
-rollout or call index out of range. A step S has already been trained on (a main slice
-that fell back to an older checkpoint redoes it) is served but not persisted: S's
-trainer will not read that step's records again.
+Every request is checked on arrival, and a refused one (`messages.BadRequest`: the
+caller gets INVALID_ARGUMENT with the reason) runs nothing and stores nothing
+(`RequestGate`): its bytes against the schema with at most B*K tasks (`parse`), then a
+step outside the run, a version other than the one the step must use
+(max(0, step - staleness)), a batch index or seed out of range, a query id not among
+the run's questions, a rollout or call index out of range, a call twice in one batch,
+an empty or overlong sub-task. A call already stored is never replaced: the same call
+again (a main slice that restarted mid-step, a retry after the sub slice restarted)
+is answered with the stored record, not run again, so M reads exactly what S trains on;
+the same key with another sub-task, context or arrival is refused. A step S has already
+trained on (a main slice that fell back to an older checkpoint redoes it) is served but
+not stored: S's trainer will not read that step's records again.
 
 S's tools (search, visit) run here, on the sub slice. Requests are served one at a
 time (a lock), since they share one sampler.
@@ -30,9 +34,10 @@ time (a lock), since they share one sampler.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import threading
-from collections.abc import Callable, Collection
-from typing import Any
+from collections.abc import Callable, Collection, Sequence
+from typing import Any, Protocol
 
 from flax import nnx
 
@@ -40,15 +45,31 @@ from mgrpo_jax.agents import specs
 from mgrpo_jax.agents.config import RolloutConfig
 from mgrpo_jax.agents.policy import Policy, SamplerPolicy
 from mgrpo_jax.agents.records import SubRecord
-from mgrpo_jax.agents.sub_client import InProcessSubAgentClient, SubTaskRequest, Summarizer
+from mgrpo_jax.agents.sub_client import (
+  InProcessSubAgentClient,
+  SubAgentResult,
+  SubTaskRequest,
+  Summarizer,
+)
 from mgrpo_jax.agents.tools import ToolRegistry
-from mgrpo_jax.serving.rpc import RpcServer
-from mgrpo_jax.serving.wire import to_plain
+from mgrpo_jax.serving import messages
+from mgrpo_jax.serving.messages import TASK_FIELDS, TASKS_FIELD, BadRequest
+from mgrpo_jax.serving.proto import sub_agent_pb2 as pb
+from mgrpo_jax.serving.rpc import Method, RpcServer, ServerLimits
+from mgrpo_jax.serving.tls import ServerTls
 from mgrpo_jax.text import Tokenizer
 
-Persist = Callable[[int, list[tuple[SubRecord, tuple[int, int]]]], None]
-NOT_READY = "not_ready"
-OK = "ok"
+Arrival = tuple[int, int]  # (delegation batch of the step, position in the batch)
+SEED_RANGE = 2**32  # jax.random.key takes a 32-bit seed
+
+
+class RecordCache(Protocol):
+  """Where the service stores S's records of each step (`slices.step_cache.SubStepCache`)."""
+
+  def stored(self, step: int, keys: Collection[tuple[str, int, int]]
+             ) -> dict[tuple[str, int, int], tuple[Arrival, SubRecord]]: ...
+
+  def put(self, step: int, calls: list[tuple[SubRecord, Arrival]]) -> None: ...
 
 
 class WeightVersions:
@@ -98,6 +119,9 @@ class RequestGate:
     query_ids: the ids of the run's questions.
     rollouts_per_query: K (rollout indices are in [0, K)).
     max_sub_calls: delegations per rollout at most (call indices are below it).
+    max_tasks: delegations per batch at most (B*K: one per rollout of the step).
+    max_batches: delegation batches per step at most (M's turns: one per round).
+    max_chars: characters of a sub-task or its context at most (M's longest argument).
   """
 
   num_steps: int
@@ -105,24 +129,67 @@ class RequestGate:
   query_ids: Collection[str]
   rollouts_per_query: int
   max_sub_calls: int
+  max_tasks: int
+  max_batches: int
+  max_chars: int
 
-  def refusal(self, step: int, version: int, requests: list[SubTaskRequest]) -> str | None:
+  @functools.cached_property
+  def _string_bytes(self) -> dict[str, int]:
+    """The longest a task's strings may be, in bytes (UTF-8: 4 bytes a character)."""
+    return {TASK_FIELDS["query_id"]: max(len(q.encode()) for q in self.query_ids),
+            TASK_FIELDS["subtask"]: 4 * self.max_chars,
+            TASK_FIELDS["context"]: 4 * self.max_chars}
+
+  def parse(self, data: bytes) -> pb.RunSubtasksRequest:
+    """A `RunSubtasks` request's bytes, checked against the schema, the task limit and the
+    strings' lengths before anything is built (`wire_check`)."""
+    return messages.parse_request(data, pb.RunSubtasksRequest, {TASKS_FIELD: self.max_tasks},
+                                  self._string_bytes)
+
+  def refusal(self, request: pb.RunSubtasksRequest, tasks: Sequence[SubTaskRequest]
+              ) -> str | None:
     """Why the service refuses this batch (None: it serves it)."""
+    step, version = request.step, request.version
     if not 0 <= step < self.num_steps:
       return f"step {step} is not a step of this run (0..{self.num_steps - 1})"
     if version != max(0, step - self.staleness):
       return (f"step {step} is served by S version {max(0, step - self.staleness)} "
               f"(staleness {self.staleness}), not {version}")
-    for r in requests:
-      if r.query_id not in self.query_ids:
-        return f"query {r.query_id!r} is not a question of this run"
-      if not 0 <= r.rollout_index < self.rollouts_per_query:
-        return (f"query {r.query_id!r}: rollout {r.rollout_index} is outside "
+    if not 0 <= request.batch < self.max_batches:
+      return f"batch {request.batch} is outside [0, {self.max_batches}) (M's turns)"
+    if not 0 <= request.seed < SEED_RANGE:
+      return f"seed {request.seed} is outside [0, 2**32)"
+    if not 0 < len(tasks) <= self.max_tasks:
+      return f"{len(tasks)} tasks: a batch holds 1 to {self.max_tasks}"
+    seen = set()
+    for t in tasks:
+      if t.query_id not in self.query_ids:
+        return f"query {t.query_id[:200]!r} is not a question of this run"
+      if not 0 <= t.rollout_index < self.rollouts_per_query:
+        return (f"query {t.query_id!r}: rollout {t.rollout_index} is outside "
                 f"[0, {self.rollouts_per_query})")
-      if not 0 <= r.call_index < self.max_sub_calls:
-        return (f"query {r.query_id!r} rollout {r.rollout_index}: call {r.call_index} is "
+      if not 0 <= t.call_index < self.max_sub_calls:
+        return (f"query {t.query_id!r} rollout {t.rollout_index}: call {t.call_index} is "
                 f"outside [0, {self.max_sub_calls})")
+      if t.key in seen:
+        return f"call {t.key} appears twice in the batch"
+      seen.add(t.key)
+      if not t.subtask.strip() or max(len(t.subtask), len(t.context)) > self.max_chars:
+        return (f"call {t.key}: the sub-task must be non-empty and it and its context at "
+                f"most {self.max_chars} characters")
     return None
+
+
+def _conflict(stored: tuple[Arrival, SubRecord], task: SubTaskRequest,
+              arrival: Arrival) -> str | None:
+  """Why a stored call differs from the same key requested again (None: the same call)."""
+  stored_arrival, record = stored
+  if (record.subtask, record.context) != (task.subtask, task.context):
+    return f"call {task.key} is stored with another sub-task or context"
+  if stored_arrival != arrival:
+    return (f"call {task.key} is stored as (batch, position) {stored_arrival}, requested "
+            f"as {arrival}")
+  return None
 
 
 class SubAgentService:
@@ -130,53 +197,76 @@ class SubAgentService:
 
   def __init__(self, policy: SamplerPolicy, graphdef: nnx.GraphDef, tokenizer: Tokenizer,
                registry: ToolRegistry, config: RolloutConfig, versions: WeightVersions,
-               persist: Persist, *, summarizer: Summarizer | None = None,
+               cache: RecordCache, gate: RequestGate, *, summarizer: Summarizer | None = None,
                spec: specs.AgentSpec = specs.SUB,
                after_persist: Callable[[int], None] | None = None,
-               rollout_policy: Policy | None = None, gate: RequestGate | None = None):
+               rollout_policy: Policy | None = None):
     """`policy` holds S's weights (swapped per version); rollouts sample with
-    `rollout_policy` (default: `policy`; a wrapper around it, e.g. in tests); `gate`
-    refuses requests the service did not hand out (None: any is served)."""
+    `rollout_policy` (default: `policy`; a wrapper around it, e.g. in tests)."""
     self._policy = policy
     self._graphdef = graphdef
     self._versions = versions
-    self._persist = persist
-    self._after_persist = after_persist
+    self._cache = cache
     self._gate = gate
+    self._after_persist = after_persist
     self._client = InProcessSubAgentClient(rollout_policy or policy, tokenizer, registry, config,
                                            summarizer=summarizer, spec=spec)
     self._lock = threading.Lock()
 
-  def run_subtasks(self, payload: dict[str, Any]) -> dict[str, Any]:
-    step, seed = int(payload["step"]), int(payload["seed"])
-    version, batch = int(payload["version"]), int(payload["batch"])
-    requests = [SubTaskRequest.from_dict(r) for r in payload["requests"]]
+  def run_subtasks(self, request: pb.RunSubtasksRequest) -> pb.RunSubtasksReply:
+    tasks = [messages.task_from_proto(t) for t in request.tasks]
+    refusal = self._gate.refusal(request, tasks)
+    if refusal is not None:
+      raise BadRequest(f"refused: {refusal}")
+    step, version = request.step, request.version
     with self._lock:
       current = self._versions.current
-      refusal = (self._gate.refusal(step, version, requests)
-                 if self._gate is not None else None)
-      if refusal is not None:
-        raise ValueError(f"refused: {refusal}")
       if version > current:
-        return {"status": NOT_READY, "version": current}
-      params = self._versions.get(version)
-      self._policy.sampler.model = nnx.merge(self._graphdef, params)
-      self._policy.version = version
-      results = self._client.run(requests, seed)
-      already_trained = self._gate is not None and step < current  # the module docstring
-      if not already_trained:
-        self._persist(step, [(result.record, (batch, position))
-                             for position, result in enumerate(results)])
+        return pb.RunSubtasksReply(status=pb.RunSubtasksReply.NOT_READY, version=current)
+      already_trained = step < current  # the module docstring
+      stored = {} if already_trained else self._cache.stored(step, [t.key for t in tasks])
+      arrivals = [(request.batch, position) for position in range(len(tasks))]
+      for task, arrival in zip(tasks, arrivals, strict=True):
+        conflict = task.key in stored and _conflict(stored[task.key], task, arrival)
+        if conflict:
+          raise BadRequest(f"refused: {conflict}; a stored record is never replaced")
+      results = self._run(tasks, request.seed, version, stored)
+      new = [(r.record, arrival) for r, arrival, t in zip(results, arrivals, tasks, strict=True)
+             if t.key not in stored]
+      if new and not already_trained:
+        self._cache.put(step, new)
       if self._after_persist is not None:
         self._after_persist(step)
-      return {"status": OK, "version": version,
-              "results": [to_plain(r.to_dict()) for r in results]}
+      return pb.RunSubtasksReply(status=pb.RunSubtasksReply.OK, version=version,
+                                 results=[messages.result_to_proto(r) for r in results])
 
-  def status(self, payload: dict[str, Any]) -> dict[str, Any]:
-    del payload
-    return {"version": self._versions.current}
+  def _run(self, tasks: list[SubTaskRequest], seed: int, version: int,
+           stored: dict[tuple[str, int, int], tuple[Arrival, SubRecord]]
+           ) -> list[SubAgentResult]:
+    """The batch's results: S's rollouts of it with weights `version`, each call already
+    `stored` replaced by its stored record (nothing runs when all are stored)."""
+    def kept(key) -> SubAgentResult:
+      record = stored[key][1]
+      return SubAgentResult(record.report, record)
 
-  def server(self, *, host: str, port: int, token: str | None) -> RpcServer:
-    """An (unstarted) `RpcServer` exposing `run_subtasks` and `status`."""
-    return RpcServer({"run_subtasks": self.run_subtasks, "status": self.status}, host=host,
-                     port=port, token=token)
+    if all(t.key in stored for t in tasks):
+      return [kept(t.key) for t in tasks]
+    self._policy.sampler.model = nnx.merge(self._graphdef, self._versions.get(version))
+    self._policy.version = version
+    results = self._client.run(tasks, seed)
+    return [kept(t.key) if t.key in stored else result
+            for t, result in zip(tasks, results, strict=True)]
+
+  def status(self, request: pb.StatusRequest) -> pb.StatusReply:
+    del request
+    return pb.StatusReply(version=self._versions.current)
+
+  def server(self, *, host: str, port: int, token: str | None,
+             limits: ServerLimits = ServerLimits(), tls: ServerTls | None = None
+             ) -> RpcServer:
+    """An (unstarted) `RpcServer` of the `SubAgent` service."""
+    return RpcServer(messages.SERVICE, {
+        "RunSubtasks": Method(self._gate.parse, self.run_subtasks),
+        "Status": Method(lambda data: messages.parse_request(data, pb.StatusRequest, {}),
+                         self.status)}, host=host, port=port, token=token, limits=limits,
+        tls=tls)

@@ -1,4 +1,4 @@
-"""Plain-data form of records for JSON (the RPC frames and the slices' cache files).
+"""Plain-data form of records for JSON (the slices' cache files, a multi-host exchange).
 
 `to_plain` turns numpy arrays and scalars into lists and Python numbers. float32 values
 survive the round trip exactly (every float32 is a JSON double), and `from_dict` of the

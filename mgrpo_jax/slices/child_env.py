@@ -9,7 +9,9 @@ process takes every device it sees, so concurrent children are given disjoint sh
   contiguous, equal blocks, one per process (`TPU_VISIBLE_CHIPS`, the block's shape in
   `TPU_CHIPS_PER_PROCESS_BOUNDS`, `TPU_PROCESS_BOUNDS=1,1,1`: processes that do not
   communicate), each with its own mesh controller port. A host with fewer chips than
-  processes, or a count that does not split evenly, is refused.
+  processes, or a count that does not split evenly (one chip, three), cannot be shared
+  (`cannot_share`): `--slice=all` then runs the RL slices in one process
+  (`colocated.py`) and the warm starts one after the other.
 - GPU: with at least as many GPUs as processes (those of `CUDA_VISIBLE_DEVICES` where
   set), `CUDA_VISIBLE_DEVICES` splits them in contiguous, equal blocks (a remainder is
   left unused); with fewer (one GPU shared by both slices), each process preallocates
@@ -82,15 +84,32 @@ def _blocks(ids: Sequence[str], count: int) -> list[tuple[str, ...]]:
   return [tuple(ids[i * size:(i + 1) * size]) for i in range(count)]
 
 
+def _user_split(env: Mapping[str, str]) -> bool:
+  return "TPU_VISIBLE_CHIPS" in env or "TPU_VISIBLE_DEVICES" in env
+
+
+def _tpu_splits(num_chips: int, processes: int) -> bool:
+  per_process = num_chips // processes
+  return per_process > 0 and num_chips % processes == 0 and per_process in _TPU_BLOCKS
+
+
+def cannot_share(accelerators: Accelerators, processes: int, env: Mapping[str, str]) -> bool:
+  """Whether `processes` concurrent children cannot each get a share: a TPU host whose
+  chips do not split evenly between them (one chip, three), unless the user split them."""
+  return (processes > 1 and accelerators.platform == "tpu" and not _user_split(env)
+          and not _tpu_splits(len(accelerators.ids), processes))
+
+
 def _tpu_shares(ids: Sequence[str], names: Sequence[str], env: Mapping[str, str]
                 ) -> dict[str, dict[str, str]]:
-  if "TPU_VISIBLE_CHIPS" in env or "TPU_VISIBLE_DEVICES" in env:
+  if _user_split(env):
     return {}
   per_process = len(ids) // len(names)
-  if per_process == 0 or len(ids) % len(names) or per_process not in _TPU_BLOCKS:
+  if not _tpu_splits(len(ids), len(names)):
     raise ValueError(f"a TPU host with {len(ids)} chips cannot be split evenly between the "
                      f"{len(names)} processes {', '.join(names)} (one process per chip): "
-                     "set TPU_VISIBLE_CHIPS for each, or run the slices on separate hosts")
+                     "run them one at a time or in one process (serving.colocate), set "
+                     "TPU_VISIBLE_CHIPS for each, or run the slices on separate hosts")
   return {name: {"TPU_VISIBLE_CHIPS": ",".join(block),
                  "TPU_CHIPS_PER_PROCESS_BOUNDS": _TPU_BLOCKS[per_process],
                  "TPU_PROCESS_BOUNDS": "1,1,1",

@@ -49,6 +49,8 @@ from mgrpo_jax.scale.multihost import multi_host, rollout_model
 from mgrpo_jax.scale.writers import log
 from mgrpo_jax.serving.address import decode_address, service_token
 from mgrpo_jax.serving.remote_client import RemoteSubAgentClient
+from mgrpo_jax.serving.rpc import ClientSettings
+from mgrpo_jax.serving.tls import client_tls
 from mgrpo_jax.slices import step_math, step_pages
 from mgrpo_jax.slices.common import Timer, describe_steps
 from mgrpo_jax.slices.faults import crash_point
@@ -95,8 +97,8 @@ def remote_client(config, paths: RunPaths, files: Folder) -> RemoteSubAgentClien
 
   return RemoteSubAgentClient(resolve, describe=describe,
                               token=service_token(str(serving.token_env)),
-                              deadline_s=float(serving.deadline_s),
-                              call_timeout_s=float(serving.call_timeout_s),
+                              settings=ClientSettings.from_config(serving),
+                              tls=client_tls(serving),
                               ready_timeout_s=float(config.store.wait_timeout_s))
 
 
@@ -112,12 +114,14 @@ def wait_for_sub_ack(store, key: str, client: RemoteSubAgentClient, timeout: flo
 
 @dataclasses.dataclass
 class _Rollouts:
-  """A step's records: M's scored, S's scored ones in shared_policy (`sub`), and S's as
-  M received them (`served`: the step page's, empty after a restart in decoupled modes)."""
+  """A step's records: M's scored, S's scored ones in shared_policy (`sub`), S's as M
+  received them (`served`: the step page's, empty after a restart in decoupled modes),
+  and the digest of every S call M received (`sub_calls`, {(query id, k, i): digest})."""
   query_ids: list[str]
   main: list
   sub: list
   served: list
+  sub_calls: dict[tuple[str, int, int], str]
   stats: dict[str, float]
 
 
@@ -223,20 +227,24 @@ class _MainOutcome:
   grid: dict[str, np.ndarray]
   reward: np.ndarray
   advantage: np.ndarray
+  sub_calls: dict[tuple[str, int, int], str]
 
   @classmethod
   def of(cls, rollouts: _Rollouts, settings: StepSettings) -> _MainOutcome:
     grid = step_math.main_grid(rollouts.main, rollouts.query_ids, settings.num_rollouts)
     reward = step_math.main_rewards(grid["format_ok"], grid["correct"], settings.weights)
     return cls(rollouts.query_ids, grid, reward,
-               step_math.main_advantages(reward, settings.advantage))
+               step_math.main_advantages(reward, settings.advantage), rollouts.sub_calls)
 
   def record(self, run_id: str, step: int) -> MainOutcomes:
-    """outcomes(t), the store record the sub slice trains S from."""
+    """outcomes(t), the store record the sub slice trains S from: each rollout names the
+    S calls M received by digest."""
+    counts = self.grid["num_sub_calls"]
+    sub_calls = [[[self.sub_calls[(qid, k, i)] for i in range(counts[q, k])]
+                  for k in range(counts.shape[1])] for q, qid in enumerate(self.query_ids)]
     return MainOutcomes.from_arrays(
         run_id, step, self.query_ids, correct=self.grid["correct"] > 0.5,
-        main_reward=self.reward, num_sub_calls=self.grid["num_sub_calls"],
-        policy_version=step)
+        main_reward=self.reward, sub_calls=sub_calls, policy_version=step)
 
   def scalars(self) -> dict[str, float]:
     grid = self.grid
@@ -279,11 +287,14 @@ def _main_batch(rt: SliceRuntime, step: int, rollouts: _Rollouts,
 
 def _throughput(rollouts: _Rollouts, metrics: dict[str, float],
                 timer: Timer) -> dict[str, float]:
-  """Sampled tokens per second of M (without S's calls) and S, trained ones of the update."""
+  """Sampled tokens per second of M (without S's calls) and S, trained ones of the update.
+  A step redone from its write-ahead cache sampled nothing: only the update's."""
   seconds = timer.seconds
-  throughput = {"main": rollouts.stats["main/sampled_tokens"] / max(
-      seconds.get("rollout", 0.0) - seconds.get("sub_calls", 0.0), 1e-9),
-                "update": metrics["num_tokens"] / max(seconds["update"], 1e-9)}
+  throughput = {"update": metrics["num_tokens"] / max(seconds["update"], 1e-9)}
+  if rollouts.stats["main/from_cache"]:
+    return throughput
+  throughput["main"] = rollouts.stats["main/sampled_tokens"] / max(
+      seconds.get("rollout", 0.0) - seconds.get("sub_calls", 0.0), 1e-9)
   if rollouts.stats.get("sub/sampled_tokens"):
     throughput["sub"] = rollouts.stats["sub/sampled_tokens"] / max(
         seconds.get("sub_calls", 0.0), 1e-9)
@@ -301,7 +312,7 @@ def _rollouts(step, queries, cache, controller, num_rollouts, seed, answer_judge
   cached = _load_cache(cache, step)
   stats = {}
   if cached is not None:
-    cached_ids, main, sub = cached
+    cached_ids, main, sub, sub_calls = cached
     served = sub
     if cached_ids != query_ids:
       raise ValueError(f"{cache.describe(step)} holds queries {cached_ids}, but step {step} "
@@ -320,18 +331,19 @@ def _rollouts(step, queries, cache, controller, num_rollouts, seed, answer_judge
                         answer_judge, expert_judge)
     sub_tokens = _sampled_tokens(out.sub)
     served = list(out.sub)
+    sub_calls = {r.key: r.digest() for r in out.sub}
     if multi_host():
       with timer("exchange"):
-        main, sub, sub_tokens = _gather_rollouts(step, [q.id for q in mine], main, sub,
-                                                 sub_tokens)
+        main, sub, sub_calls, sub_tokens = _gather_rollouts(
+            step, [q.id for q in mine], main, sub, sub_calls, sub_tokens)
     if distributed.is_writer():
       with timer("store"):
-        cache.write(step, query_ids, main, sub)
+        cache.write(step, query_ids, main, sub, sub_calls)
     crash_point("main", "cached", step)
     stats["main/from_cache"] = 0.0
     stats["sub/sampled_tokens"] = float(sub_tokens)
   stats["main/sampled_tokens"] = float(_sampled_tokens(main))
-  return _Rollouts(query_ids, main, sub, served, stats)
+  return _Rollouts(query_ids, main, sub, served, sub_calls, stats)
 
 
 def _load_cache(cache, step):
@@ -343,22 +355,25 @@ def _load_cache(cache, step):
   return records_from_json(json.loads(data), step, cache.describe(step)) if data else None
 
 
-def _gather_rollouts(step, query_ids, main, sub, sub_tokens):
-  """(M records, S records, S sampled tokens) of all processes, in process order.
+def _gather_rollouts(step, query_ids, main, sub, sub_calls, sub_tokens):
+  """(M records, S records, S calls' digests, S sampled tokens) of all processes, in
+  process order.
 
   Processes hold contiguous blocks of queries in process order, so the concatenation is
   in the step's (query, rollout[, call]) order, as one process's controller returns it.
   """
-  payload = dump_json({**records_to_json(step, query_ids, main, sub),
+  payload = dump_json({**records_to_json(step, query_ids, main, sub, sub_calls),
                        "sub_sampled_tokens": int(sub_tokens)})
-  all_main, all_sub, all_tokens = [], [], 0
+  all_main, all_sub, all_calls, all_tokens = [], [], {}, 0
   for part in distributed.allgather_bytes(payload):
     data = json.loads(part)
-    _, part_main, part_sub = records_from_json(data, step, "the multi-host record exchange")
+    _, part_main, part_sub, part_calls = records_from_json(
+        data, step, "the multi-host record exchange")
     all_main += part_main
     all_sub += part_sub
+    all_calls.update(part_calls)
     all_tokens += int(data["sub_sampled_tokens"])
-  return all_main, all_sub, all_tokens
+  return all_main, all_sub, all_calls, all_tokens
 
 
 def _shared_sub_step(rollouts, grid, r_main, rt: SliceRuntime, step):

@@ -3,6 +3,7 @@
   main  the main slice: RL (`main_slice.run_main_slice`), or with stage "warm_start"
         M's warm start alone (`warm_start.stage.warm_start_agent`)
   sub   the sub slice: RL (`sub_slice.run_sub_slice`), or S's warm start alone
+  both  both RL slices in this one process (`colocated.run_colocated`)
   all   the stages of `pipeline.run_all`: warm start and held-out evaluation when
         configured, around the RL stage, each in child processes of this one, which
         itself computes nothing on a device (`run_children`): each agent's warm start
@@ -15,7 +16,9 @@
         exactly), the same workdir and, unless `store.uri` is set, the local store under
         it. Concurrent children get disjoint shares of the host's accelerators in their
         environment (`child_env`). In the RL stage the RPC between them is real loopback
-        TCP. Their output is relayed line by line with a `[main]` / `[sub]` / `[eval]`
+        gRPC. With `serving.colocate`, or on a host whose accelerators cannot be shared
+        (one TPU chip), the RL stage is one `--slice=both` child and the warm starts run
+        one after the other. Their output is relayed line by line with a `[main]` / `[sub]` / `[eval]`
         prefix; each child's pid is written to `<local>/launch/<prefix>.pid`. If one
         fails, the others are terminated and `run_slice` exits non-zero.
 """
@@ -32,11 +35,11 @@ import threading
 import time
 
 from mgrpo_jax.metrics.wandb_run import import_wandb
-from mgrpo_jax.slices.child_env import child_environments, detect_accelerators
+from mgrpo_jax.slices.child_env import cannot_share, child_environments, detect_accelerators
 from mgrpo_jax.training.paths import RunPaths
 from mgrpo_jax.utils.atomic_files import atomic_write
 
-SLICES = ("main", "sub", "all")
+SLICES = ("main", "sub", "both", "all")
 STAGES = ("rl", "warm_start", "eval_before", "eval_after", "select_stage2")
 # Stages of the whole system, each a `--slice=all --stage=...` child of the pipeline.
 EVAL_STAGES = ("eval_before", "eval_after", "select_stage2")
@@ -84,6 +87,9 @@ def run_slice(slice_name: str, config, workdir: str, stage: str = "rl") -> None:
   elif slice_name == "sub":
     from mgrpo_jax.slices.sub_slice import run_sub_slice
     run_sub_slice(config, workdir)
+  elif slice_name == "both":
+    from mgrpo_jax.slices.colocated import run_colocated
+    run_colocated(config, workdir)
   elif slice_name == "all":
     from mgrpo_jax.slices.pipeline import run_all
     run_all(config, workdir, run_children)
@@ -111,11 +117,25 @@ def _relay(prefix: str, stream, out) -> None:
 
 
 def run_children(config, workdir: str, slices: tuple[str, ...], stage: str) -> None:
-  """`stage` of each of `slices` as concurrent child processes (module docstring)."""
+  """`stage` of each of `slices` as concurrent child processes; where they cannot share
+  the host's accelerators (or `serving.colocate`), the RL slices as one `--slice=both`
+  child and other stages one child at a time (module docstring)."""
+  accelerators = detect_accelerators()
+  if len(slices) > 1 and (cannot_share(accelerators, len(slices), os.environ)
+                          or config.serving.colocate):
+    for group in [("both",)] if stage == "rl" else [(name,) for name in slices]:
+      _run_concurrently(config, workdir, group, stage, accelerators)
+    return
+  _run_concurrently(config, workdir, slices, stage, accelerators)
+
+
+def _run_concurrently(config, workdir: str, slices: tuple[str, ...], stage: str,
+                      accelerators) -> None:
+  """`stage` of each of `slices` as concurrent child processes."""
   paths = RunPaths.from_config(config, workdir)
   config_path, gin_path = write_launch_files(config, paths)
-  prefixes = {name: "eval" if name == "all" else name for name in slices}
-  environments = child_environments(detect_accelerators(), tuple(prefixes.values()),
+  prefixes = {name: {"all": "eval", "both": "rl"}.get(name, name) for name in slices}
+  environments = child_environments(accelerators, tuple(prefixes.values()),
                                     dict(os.environ, PYTHONUNBUFFERED="1"))
   # A SIGTERM to this process stops the children (the `finally` below).
   previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))

@@ -7,7 +7,8 @@ Main slice (`MainStepCache`, `<workdir>/main/cache/step_<t>.json`): after the co
 finishes step t's rollouts, the scored M records (and, in shared_policy, the S records)
 are written in ONE atomic file before anything else happens; a restart that finds it
 trains on exactly those rollouts instead of sampling again (the sub-agent may have
-trained since).
+trained since). The file also holds the digest of each S call M received
+(`SubRecord.digest`), which the step's outcomes publish.
 
 Sub slice (`SubStepCache`, `<workdir>/sub/cache/step_<t>/`): the service writes every S
 record it produces, one atomic file per call `(query id, k, i)` (a batch's files
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, TypeVar
 
 from mgrpo_jax.agents.records import MainRecord, SubRecord, Trajectory
@@ -55,20 +56,27 @@ def main_record_from_dict(data: dict[str, Any]) -> MainRecord:
   return MainRecord(**fields)
 
 
+SubCalls = dict[tuple[str, int, int], str]  # {(query id, k, i): digest of the S record}
+StepRecords = tuple[list[str], list[MainRecord], list[SubRecord], SubCalls]
+
+
 def records_to_json(step: int, query_ids: list[str], main: list[MainRecord],
-                    sub: list[SubRecord]) -> dict[str, Any]:
-  """One step's scored records as a JSON object (the cache file; a multi-host exchange)."""
+                    sub: list[SubRecord], sub_calls: SubCalls) -> dict[str, Any]:
+  """One step's scored records and the digests of the S calls M received, as a JSON
+  object (the cache file; a multi-host exchange)."""
   return {"step": step, "query_ids": list(query_ids),
-          "main": [main_record_to_dict(r) for r in main], "sub": [r.to_dict() for r in sub]}
+          "main": [main_record_to_dict(r) for r in main], "sub": [r.to_dict() for r in sub],
+          "sub_calls": [[*key, digest] for key, digest in sorted(sub_calls.items())]}
 
 
-def records_from_json(data: dict[str, Any], step: int, source: str
-                      ) -> tuple[list[str], list[MainRecord], list[SubRecord]]:
-  """(query ids, M records, S records) of `records_to_json`; `source` names it in errors."""
+def records_from_json(data: dict[str, Any], step: int, source: str) -> StepRecords:
+  """(query ids, M records, S records, S calls' digests) of `records_to_json`; `source`
+  names it in errors."""
   if data.get("step") != step:
     raise ValueError(f"{source}: holds step {data.get('step')!r}, expected {step}")
   return (list(data["query_ids"]), [main_record_from_dict(r) for r in data["main"]],
-          [SubRecord.from_dict(r) for r in data["sub"]])
+          [SubRecord.from_dict(r) for r in data["sub"]],
+          {(q, k, i): digest for q, k, i, digest in data["sub_calls"]})
 
 
 def _step_name(step: int) -> str:
@@ -120,16 +128,17 @@ class MainStepCache(StepFiles):
     return f"{self.folder.uri}/{self.name(step)}"
 
   def write(self, step: int, query_ids: list[str], main: list[MainRecord],
-            sub: list[SubRecord]) -> None:
-    """Atomically stores step `step`'s scored records."""
-    self.folder.write(self.name(step), dump_json(records_to_json(step, query_ids, main, sub)))
+            sub: list[SubRecord], sub_calls: SubCalls) -> None:
+    """Atomically stores step `step`'s scored records and S calls' digests."""
+    self.folder.write(self.name(step), dump_json(
+        records_to_json(step, query_ids, main, sub, sub_calls)))
 
   def read_bytes(self, step: int) -> bytes | None:
     """The cache file of `step` as written, or None."""
     return self.folder.read(self.name(step))
 
-  def load(self, step: int) -> tuple[list[str], list[MainRecord], list[SubRecord]] | None:
-    """(query ids, M records, S records) of `step`, or None if it was not cached."""
+  def load(self, step: int) -> StepRecords | None:
+    """`records_from_json` of `step`'s file, or None if it was not cached."""
     data = self.read_bytes(step)
     if data is None:
       return None
@@ -139,22 +148,37 @@ class MainStepCache(StepFiles):
 class SubStepCache(StepFiles):
   """The sub slice's S records of each step (see the module docstring)."""
 
+  @staticmethod
+  def _name(step: int, key: tuple[str, int, int]) -> str:
+    query_id, rollout, call = key
+    return f"{_step_name(step)}/{_file_safe(query_id)}.{rollout}.{call}.json"
+
   def put(self, step: int, calls: list[tuple[SubRecord, tuple[int, int]]]) -> None:
-    """Atomically stores each (record, arrival) of a delegation batch, concurrently; the
-    same call again replaces it."""
-    files = [(f"{_step_name(step)}/{_file_safe(record.query_id)}.{record.rollout_index}."
-              f"{record.call_index}.json",
+    """Atomically stores each (record, arrival) of a delegation batch, concurrently. The
+    service stores a call once (`stored` first): it never replaces a record."""
+    files = [(self._name(step, record.key),
               dump_json({"arrival": list(arrival), "record": record.to_dict()}))
              for record, arrival in calls]
     _concurrently(lambda file: self.folder.write(*file), files)
 
-  def load(self, step: int) -> list[tuple[tuple[int, int], SubRecord]]:
-    """[(arrival, record)] of `step`, in arrival order (empty if none were cached)."""
-    names = self.folder.list(f"{_step_name(step)}/")
+  def _read(self, names: list[str]) -> list[tuple[tuple[int, int], SubRecord]]:
     out = []
     for name, data in zip(names, _concurrently(self.folder.read, names), strict=True):
       fields = parse_json(data, f"{self.folder.uri}/{name}")
       out.append((tuple(fields["arrival"]), SubRecord.from_dict(fields["record"])))
+    return out
+
+  def stored(self, step: int, keys: Collection[tuple[str, int, int]]
+             ) -> dict[tuple[str, int, int], tuple[tuple[int, int], SubRecord]]:
+    """{key: (arrival, record)} of the calls among `keys` already stored for `step` (one
+    listing of the step, then a read of each stored one)."""
+    present = set(self.folder.list(f"{_step_name(step)}/"))
+    names = [name for name in (self._name(step, key) for key in keys) if name in present]
+    return {record.key: (arrival, record) for arrival, record in self._read(names)}
+
+  def load(self, step: int) -> list[tuple[tuple[int, int], SubRecord]]:
+    """[(arrival, record)] of `step`, in arrival order (empty if none were cached)."""
+    out = self._read(self.folder.list(f"{_step_name(step)}/"))
     out.sort(key=lambda item: (item[0], item[1].key))
     return out
 

@@ -119,6 +119,31 @@ def main_advantages(rewards: np.ndarray, config: AdvantageConfig) -> np.ndarray:
                     np.float32)
 
 
+def received_calls(arrived: Sequence[tuple[tuple[int, int], SubRecord]],
+                   query_ids: Sequence[str], named: Mapping[tuple[int, int, int], str]
+                   ) -> tuple[list[tuple[tuple[int, int], SubRecord]], int]:
+  """The S records M received, as the step's outcomes name them.
+
+  Args:
+    arrived: (arrival, record) of every S record the service stored for the step.
+    query_ids: the step's queries (q indexes them).
+    named: {(q, k, i): digest} of each call M received (`MainOutcomes.sub_call_digests`).
+
+  Returns:
+    The (arrival, record) pairs whose key the outcomes name with the record's digest, in
+    their order, and how many others there were (calls M never made, or stored content
+    other than what M received): S trains on none of those.
+  """
+  position = {qid: q for q, qid in enumerate(query_ids)}
+  kept = []
+  for arrival, record in arrived:
+    q = position.get(record.query_id)
+    key = None if q is None else (q, record.rollout_index, record.call_index)
+    if key in named and named[key] == record.digest():
+      kept.append((arrival, record))
+  return kept, len(arrived) - len(kept)
+
+
 def index_sub_records(records: Sequence[SubRecord], query_ids: Sequence[str],
                       counts: np.ndarray) -> dict[tuple[int, int, int], SubRecord]:
   """{(q, k, i): record}; every rollout (q, k) must have exactly calls 0..d_k - 1.
@@ -139,8 +164,9 @@ def index_sub_records(records: Sequence[SubRecord], query_ids: Sequence[str],
   for q, k in np.ndindex(*counts.shape):
     for i in range(int(counts[q, k])):
       if (q, k, i) not in indexed:
-        raise KeyError(f"missing S record for (query, k, i) = ({query_ids[q]!r}, {k}, {i}); "
-                       f"the outcomes say rollout {k} made {int(counts[q, k])} calls")
+        raise KeyError(f"missing S record for (query, k, i) = ({query_ids[q]!r}, {k}, {i}) "
+                       f"with the content M received; the outcomes say rollout {k} made "
+                       f"{int(counts[q, k])} calls")
   return indexed
 
 

@@ -6,8 +6,11 @@ their checkpoints), start the service and publish its address.
 
 Step t:
   1. wait for outcomes(t) in the store (correct_M, R_M, d_k per rollout);
-  2. load the step's S records from the service's cache; every rollout (q, k) must have
-     exactly its d_k calls (a missing one is an error naming (q, k, i));
+  2. load the step's S records from the service's cache and keep those the outcomes name
+     with the digest of what M received (`step_math.received_calls`; any other record,
+     such as a call M never made, is counted as `sub/ignored_calls` and not trained on);
+     every rollout (q, k) must have exactly its d_k calls (a missing one is an error
+     naming (q, k, i));
   3. r_expert (the rendering's expert judge, question looked up by id), R_S
      (`plugins.sub_reward_fn`, correct_M from the outcomes);
   4. alignment to D slots (key from (seed, t)) and per-query advantages, or the
@@ -44,7 +47,9 @@ from mgrpo_jax.scale import distributed
 from mgrpo_jax.scale.multihost import multi_host, servable_params
 from mgrpo_jax.scale.writers import log
 from mgrpo_jax.serving.address import encode_address, service_token
+from mgrpo_jax.serving.rpc import ServerLimits
 from mgrpo_jax.serving.sub_service import RequestGate, SubAgentService, WeightVersions
+from mgrpo_jax.serving.tls import server_tls
 from mgrpo_jax.slices import step_math, sub_queue
 from mgrpo_jax.slices.common import Timer, describe_steps
 from mgrpo_jax.slices.faults import crash_point
@@ -99,8 +104,10 @@ def run_sub_slice(config, workdir: str) -> None:
       with timer("wait_outcomes"):
         rt.store.wait_for([outcomes_key(settings.run_id, step)],
                           timeout=settings.wait_timeout_s)
-      sub_step = _prepare(rt, scoring, step, timer, queue) if rt.is_writer else None
-      scalars = step_math.sub_step_scalars(sub_step) if rt.is_writer else {}
+      sub_step, ignored = (_prepare(rt, scoring, step, timer, queue) if rt.is_writer
+                           else (None, 0))
+      scalars = ({**step_math.sub_step_scalars(sub_step), "sub/ignored_calls": float(ignored)}
+                 if rt.is_writer else {})
       if queue is not None:
         scalars.update(queue.scalars)
       metrics = _train(rt, sub_step, timer) if trains else None
@@ -163,17 +170,22 @@ def _serve(rt: SliceRuntime, policy, versions: WeightVersions, start: int):
   """Process 0: starts the sub-agent service of `policy` and publishes its address;
   returns the server."""
   config, settings = rt.config, rt.settings
+  rollout_config = agent_setup.rollout_config(config)
+  gate = RequestGate(
+      settings.num_steps, settings.staleness, frozenset(q.id for q in rt.questions),
+      settings.num_rollouts, rollout_config.max_sub_calls,
+      max_tasks=settings.num_queries * settings.num_rollouts,
+      max_batches=rollout_config.main.max_turns, max_chars=rollout_config.max_argument_chars)
   service = SubAgentService(
-      policy, rt.layout.graphdef, rt.tokenizer, rt.registry,
-      agent_setup.rollout_config(config), versions, rt.cache.put,
-      after_persist=lambda step: crash_point("sub", "served", step),
+      policy, rt.layout.graphdef, rt.tokenizer, rt.registry, rollout_config, versions,
+      rt.cache, gate, after_persist=lambda step: crash_point("sub", "served", step),
       spec=agent_setup.agent_specs(config)[1],
-      rollout_policy=agent_setup.rollout_policy(policy, rt.tokenizer, "sub"),
-      gate=RequestGate(settings.num_steps, settings.staleness,
-                       frozenset(q.id for q in rt.questions), settings.num_rollouts,
-                       int(config.mgrpo.max_sub_calls)))
-  server = service.server(host=str(config.serving.host), port=int(config.serving.port),
-                          token=service_token(str(config.serving.token_env))).start()
+      rollout_policy=agent_setup.rollout_policy(policy, rt.tokenizer, "sub"))
+  serving = config.serving
+  server = service.server(host=str(serving.host), port=int(serving.port),
+                          token=service_token(str(serving.token_env)),
+                          limits=ServerLimits.from_config(serving),
+                          tls=server_tls(serving)).start()
   rt.files.write(rt.paths.service_address_name(), encode_address(server.address))
   host, port = server.address
   log(f"sub slice: mode={rt.mode.name} serving S on {host}:{port}, "
@@ -230,8 +242,9 @@ def _queued_step(rt: SliceRuntime, queue: _Queue, step: int,
 
 
 def _prepare(rt: SliceRuntime, scoring: _Scoring, step: int, timer: Timer,
-             queue: _Queue | None) -> step_math.SubStep:
-  """Process 0: step t's S records scored, aligned and packed (module docstring)."""
+             queue: _Queue | None) -> tuple[step_math.SubStep, int]:
+  """Process 0: step t's S records that M received, scored, aligned and packed, and the
+  number of other records in the step's cache (module docstring)."""
   settings = rt.settings
   key = outcomes_key(settings.run_id, step)
   with timer("store"):
@@ -241,6 +254,11 @@ def _prepare(rt: SliceRuntime, scoring: _Scoring, step: int, timer: Timer,
   with timer("load"):
     arrived = rt.cache.load(step)
   crash_point("sub", "loaded", step)
+  arrived, ignored = step_math.received_calls(arrived, query_ids,
+                                              outcomes.sub_call_digests())
+  if ignored:
+    log(f"sub slice: step {step}: {ignored} stored S record(s) that M did not receive are "
+        "not trained on")
   with timer("scoring"):
     indexed = step_math.index_sub_records([r for _, r in arrived], query_ids,
                                           arrays["num_sub_calls"])
@@ -250,18 +268,18 @@ def _prepare(rt: SliceRuntime, scoring: _Scoring, step: int, timer: Timer,
     position = {qid: q for q, qid in enumerate(query_ids)}
     keys = [(position[r.query_id], r.rollout_index, r.call_index) for _, r in arrived]
     if queue is not None:
-      return _queued_step(rt, queue, step, [(k, scored[k]) for k in keys])
+      return _queued_step(rt, queue, step, [(k, scored[k]) for k in keys]), ignored
     return step_math.arrival_sub_step(
         [(k, scored[k]) for k in keys], arrays["correct"], num_queries=len(query_ids),
         group_size=settings.num_rollouts * settings.num_slots, weights=settings.weights,
         advantage=settings.advantage, pad_id=rt.pad_id, buckets=rt.buckets,
-        row_buckets=rt.sub_row_buckets)
+        row_buckets=rt.sub_row_buckets), ignored
   return step_math.aligned_sub_step(
       scored, arrays["main_reward"], arrays["correct"], arrays["num_sub_calls"],
       num_slots=settings.num_slots, key=agent_setup.step_key(settings.seed, "align", step),
       mode=str(rt.config.mgrpo.alignment), weights=settings.weights,
       advantage=settings.advantage, pad_id=rt.pad_id, buckets=rt.buckets,
-      row_buckets=rt.sub_row_buckets)
+      row_buckets=rt.sub_row_buckets), ignored
 
 
 def _train(rt: SliceRuntime, sub_step: step_math.SubStep | None, timer: Timer

@@ -4,7 +4,9 @@ Publishing is atomic and write-once across processes: the bytes go to a hidden t
 file in the key's folder, which is fsynced and then hard-linked to the final name
 (`os.link` fails if the name exists, so exactly one writer wins); the folder is fsynced
 after the link. A reader therefore sees either no record or the complete record, also
-after a crash (a killed writer leaves only a hidden `.tmp-*` file, never listed).
+after a crash (a killed writer leaves only a hidden `.tmp-*` file, never listed). A
+write the file system refuses (full, read-only, no permission) raises `StoreError`
+naming the path, and leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ class LocalStore:
       self._root.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError) as e:
       raise InvalidKeyError(f"store root {str(self._root)!r} is not a folder") from e
+    except OSError as e:
+      raise StoreError(f"store root {self._root}: cannot create it ({e.strerror or e})") from e
 
   @property
   def uri(self) -> str:
@@ -48,14 +52,22 @@ class LocalStore:
     path = self._root / key
     if self._matches_existing(key, path, data):
       return
-    self._make_folders(key, path.parent)
-    fd, temp_name = tempfile.mkstemp(prefix=_TEMP_PREFIX, dir=path.parent)
     try:
-      with os.fdopen(fd, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fchmod(f.fileno(), 0o444)
-        os.fsync(f.fileno())
+      self._make_folders(key, path.parent)
+      fd, temp_name = tempfile.mkstemp(prefix=_TEMP_PREFIX, dir=path.parent)
+    except OSError as e:  # a read-only or full file system, no permission
+      raise StoreError(f"store key {key!r}: cannot write in {path.parent} "
+                       f"({e.strerror or e})") from e
+    try:
+      try:
+        with os.fdopen(fd, "wb") as f:
+          f.write(data)
+          f.flush()
+          os.fchmod(f.fileno(), 0o444)
+          os.fsync(f.fileno())
+      except OSError as e:  # a full disk or quota
+        raise StoreError(f"store key {key!r}: cannot write {temp_name} "
+                         f"({e.strerror or e}); nothing was stored") from e
       try:
         os.link(temp_name, path)
       except FileExistsError:

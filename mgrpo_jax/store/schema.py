@@ -2,12 +2,14 @@
 
 Per training step t of run `run_id` (docs/ALGORITHM.md, "The step protocol"):
   * `runs/<run_id>/step_<t:08d>/outcomes` (`MainOutcomes`, written by the main slice):
-    for every query q and rollout k, M's correctness, R_M, the number of sub-calls d_k
-    and M's policy version; one record per step, shape [Q, K].
+    for every query q and rollout k, M's correctness, R_M, its sub-calls (the digest,
+    `SubRecord.digest`, of each S record M received, in call order: d_k of them) and
+    M's policy version; one record per step, shape [Q, K].
   * `runs/<run_id>/step_<t:08d>/ack_main` and `.../ack_sub` (`SliceAck`): the slice
     finished step t and now holds weight version `weight_version`.
-The sub slice reads `correct` (replicated as correct_M into R_S, paper Eq. for R_S) and
-`num_sub_calls` (d_k, for the [Q, K, D] alignment) from the outcomes record.
+The sub slice reads `correct` (replicated as correct_M into R_S, paper Eq. for R_S), d_k
+(for the [Q, K, D] alignment) and the calls' digests (it trains only on the S records
+M received) from the outcomes record.
 
 Encoding is JSON with sorted keys and no spaces, so the same record always gives the
 same bytes (a re-put after a crash is a no-op). Every record carries `schema_version`;
@@ -29,11 +31,12 @@ import numpy as np
 from mgrpo_jax.store import keys as keys_lib
 from mgrpo_jax.store.errors import RecordError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: each rollout names its sub-calls by digest
 SLICES = ("main", "sub")
 _OUTCOMES = "main_outcomes"
 _ACK = "ack"
 _NEW = "<new record>"
+DIGEST_CHARS = 64  # a SHA-256 digest in hex
 
 
 # ----------------------------------------------------------------------------- keys
@@ -120,6 +123,16 @@ def _str(key: str, field: str, value: Any) -> str:
   return value
 
 
+def _digests(key: str, field: str, value: Any) -> tuple[str, ...]:
+  if not isinstance(value, list | tuple):
+    raise RecordError(key, field, f"expected a list of digests, got {value!r}")
+  for i, digest in enumerate(value):
+    if (not isinstance(digest, str) or len(digest) != DIGEST_CHARS
+        or digest.strip("0123456789abcdef")):
+      raise RecordError(key, f"{field}[{i}]", f"expected a SHA-256 hex digest, got {digest!r}")
+  return tuple(value)
+
+
 def _list(key: str, field: str, value: Any) -> Sequence[Any]:
   if not isinstance(value, list | tuple) or not value:
     raise RecordError(key, field, f"expected a non-empty list, got {value!r}")
@@ -201,16 +214,22 @@ class RolloutOutcome:
   Attributes:
     correct: M's final answer is correct (binary; correct_M for the sub slice's R_S).
     main_reward: R_M of the rollout.
-    num_sub_calls: d_k, how many times M delegated to S in this rollout.
+    sub_calls: the digest (`SubRecord.digest`) of each S record M received in this
+      rollout, in call order: d_k = len(sub_calls) delegations.
     policy_version: version of M's weights that sampled the rollout.
   """
 
   correct: bool
   main_reward: float
-  num_sub_calls: int
+  sub_calls: tuple[str, ...]
   policy_version: int
 
-  FIELDS = ("correct", "main_reward", "num_sub_calls", "policy_version")
+  FIELDS = ("correct", "main_reward", "sub_calls", "policy_version")
+
+  @property
+  def num_sub_calls(self) -> int:
+    """d_k."""
+    return len(self.sub_calls)
 
   @classmethod
   def parse(cls, key: str, field: str, obj: Any) -> RolloutOutcome:
@@ -218,11 +237,11 @@ class RolloutOutcome:
     return cls(
         correct=_bool(key, f"{field}.correct", obj["correct"]),
         main_reward=_float(key, f"{field}.main_reward", obj["main_reward"]),
-        num_sub_calls=_int(key, f"{field}.num_sub_calls", obj["num_sub_calls"]),
+        sub_calls=_digests(key, f"{field}.sub_calls", obj["sub_calls"]),
         policy_version=_int(key, f"{field}.policy_version", obj["policy_version"]))
 
   def to_json(self) -> dict[str, Any]:
-    return dataclasses.asdict(self)
+    return {**dataclasses.asdict(self), "sub_calls": list(self.sub_calls)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -308,8 +327,14 @@ class MainOutcomes:
       seen.add(query.query_id)
     return {"run_id": run_id, "step": step, "queries": queries}
 
+  def sub_call_digests(self) -> dict[tuple[int, int, int], str]:
+    """{(q, k, i): digest} of every sub-call the record names."""
+    return {(q, k, i): digest for q, query in enumerate(self.queries)
+            for k, rollout in enumerate(query.rollouts)
+            for i, digest in enumerate(rollout.sub_calls)}
+
   def to_arrays(self) -> dict[str, np.ndarray]:
-    """Arrays [Q, K]: `correct` bool, `main_reward` float32, `num_sub_calls` and
+    """Arrays [Q, K]: `correct` bool, `main_reward` float32, `num_sub_calls` (d_k) and
     `policy_version` int32."""
     rows = [q.rollouts for q in self.queries]
     return {
@@ -322,22 +347,29 @@ class MainOutcomes:
 
   @classmethod
   def from_arrays(cls, run_id: str, step: int, query_ids: Sequence[str], *, correct: Any,
-                  main_reward: Any, num_sub_calls: Any, policy_version: Any) -> MainOutcomes:
-    """Builds the record from arrays [Q, K] (`policy_version` may be a scalar)."""
+                  main_reward: Any, sub_calls: Sequence[Sequence[Sequence[str]]],
+                  policy_version: Any) -> MainOutcomes:
+    """Builds the record from arrays [Q, K] (`policy_version` may be a scalar) and
+    `sub_calls[q][k]`, the digests of rollout (q, k)'s sub-calls."""
     key = _record_key(_NEW, outcomes_key, run_id, step)
     correct = np.asarray(correct)
     if correct.ndim != 2 or correct.shape[0] != len(query_ids):
       raise RecordError(key, "correct",
                         f"expected shape [Q={len(query_ids)}, K], got {correct.shape}")
     arrays = {"correct": correct, "main_reward": np.asarray(main_reward),
-              "num_sub_calls": np.asarray(num_sub_calls),
               "policy_version": np.broadcast_to(np.asarray(policy_version), correct.shape)}
     for name, array in arrays.items():
       if array.shape != correct.shape:
         raise RecordError(key, name, f"expected shape {correct.shape}, got {array.shape}")
+    if [len(row) for row in sub_calls] != [correct.shape[1]] * correct.shape[0]:
+      raise RecordError(key, "sub_calls", f"expected {correct.shape[0]} lists of "
+                        f"{correct.shape[1]} rollouts' digests")
     queries = tuple(
         QueryOutcomes(str(qid), tuple(
-            RolloutOutcome(*(arrays[f][q, k].item() for f in RolloutOutcome.FIELDS))
+            RolloutOutcome(correct=arrays["correct"][q, k].item(),
+                           main_reward=arrays["main_reward"][q, k].item(),
+                           sub_calls=tuple(sub_calls[q][k]),
+                           policy_version=arrays["policy_version"][q, k].item())
             for k in range(correct.shape[1])))
         for q, qid in enumerate(query_ids))
     return cls(run_id, step, queries)

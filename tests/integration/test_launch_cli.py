@@ -21,11 +21,11 @@ def test_help_documents_every_flag():
                "--[no]print_config", "--[no]dry_run", "--dry_run_hbm_gib",
                "--coordinator_address", "--num_processes", "--process_id"):
     assert flag in proc.stdout, flag
-  assert "<main|sub|all>" in proc.stdout
+  assert "<main|sub|both|all>" in proc.stdout
 
 
 @pytest.mark.parametrize("args,message", [
-    (["--slice=both"], "flag --slice=both: value should be one of <main|sub|all>"),
+    (["--slice=pair"], "flag --slice=pair: value should be one of <main|sub|both|all>"),
     (["--config.main.optim.lr=1"], "config key 'main.optim.lr' is not a known setting"),
     (["--config.experiment.seed=abc"], "--config.experiment.seed=abc: invalid literal"),
     (["--config.mgrpo.rollouts_per_query=1"],
@@ -54,6 +54,14 @@ def test_help_documents_every_flag():
     (["--config.serving.host=0.0.0.0"],
      "config key 'serving.host': '0.0.0.0' is reachable from other machines"),
     (["--config.experiment.run_id=../x"], "config key 'experiment.run_id': '../x' is not a"),
+    (["--config.main.sampling.temperature=0"], "config key 'main.sampling.temperature': RL "
+     "samples K rollouts per query: at 0 they are identical"),
+    (["--config.sub.optim.learning_rate=0"],
+     "config key 'sub.optim.learning_rate': experiment.mode='mgrpo' trains sub: must be > 0"),
+    (["--config.serving.host=0.0.0.0", "--config.serving.token_env=T"],
+     "config key 'serving.host': '0.0.0.0' is reachable from other machines, so the "
+     "sub-agent service needs TLS"),
+    (["--slice=both", "--stage=warm_start"], "--stage=warm_start needs --slice=main or"),
 ])
 def test_bad_input_exits_2_with_one_line_naming_it(args, message):
   proc = run(*args, "--print_config")
@@ -61,6 +69,28 @@ def test_bad_input_exits_2_with_one_line_naming_it(args, message):
   lines = proc.stderr.strip().splitlines()
   assert len(lines) == 1, proc.stderr
   assert message in lines[0]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--workdir=/proc/no-such-process/run"], "--workdir=/proc/no-such-process/run: cannot "
+     "create or write /proc/no-such-process"),
+    (["--workdir=/sys/fs/run"], "--workdir=/sys/fs/run: cannot create or write /sys/fs/run"),
+    (["--config.serving.token_env=MGRPO_UNSET_TOKEN"], "config key 'serving.token_env': names "
+     "the environment variable 'MGRPO_UNSET_TOKEN', which is unset or empty"),
+    (["--config.serving.tls_cert=/no/cert.pem", "--config.serving.tls_key=/no/key.pem"],
+     "config key 'serving.tls_cert': /no/cert.pem is not a readable file"),
+])
+def test_a_start_up_error_outside_the_config_exits_2_with_one_line(args, message, tmp_path):
+  """What a valid config names outside itself (a workdir that cannot be created or
+  written, such as /proc/x or a read-only mount, the token's variable, the TLS files)
+  fails at start, naming the path or key (was: a traceback, exit 1, or a crash later)."""
+  for slice_name in ("main", "sub", "all"):
+    proc = run(f"--slice={slice_name}", *args, *(
+        [] if any(a.startswith("--workdir") for a in args) else [f"--workdir={tmp_path}"]))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+  assert not list(tmp_path.iterdir())  # nothing ran
 
 
 def test_print_config_applies_preset_override_and_gin_binding():

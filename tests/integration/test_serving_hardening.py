@@ -1,8 +1,9 @@
-"""The RPC layer under faults, through its public client and server over real sockets.
+"""The gRPC layer under faults, through its public client and server over real sockets.
 
 A server in another process that answers slowly; connections cut mid-call by a TCP
-relay; a full connection cap; a non-ASCII token; a server asked to listen on a public
-address without a token. docs/RELIABILITY.md lists each case.
+relay; a full call cap; idle and silent connections; non-ASCII tokens; TLS with and
+without client certificates; a server asked to listen on a public address without a
+token or TLS. docs/RELIABILITY.md lists each case.
 """
 
 from __future__ import annotations
@@ -16,8 +17,11 @@ import time
 
 import pytest
 
+from mgrpo_jax.serving import messages
+from mgrpo_jax.serving.proto import sub_agent_pb2 as pb
 from mgrpo_jax.serving.rpc import (
   ClientSettings,
+  Method,
   RpcClient,
   RpcError,
   RpcServer,
@@ -25,6 +29,22 @@ from mgrpo_jax.serving.rpc import (
   ServerLimits,
   ServiceUnavailableError,
 )
+from mgrpo_jax.serving.tls import ClientTls, ServerTls
+from tests.support.sockets import closed_by_peer
+from tests.support.tls_certs import make_certificates
+
+SERVICE = messages.SERVICE
+STATUS = pb.StatusRequest()
+
+
+def _method(run) -> dict[str, Method]:
+  """A `Status` method that runs `run(request) -> version`."""
+  return {"Status": Method(lambda data: messages.parse_request(data, pb.StatusRequest, {}),
+                           lambda request: pb.StatusReply(version=run(request)))}
+
+
+def _status(client: RpcClient, **kwargs) -> int:
+  return client.call("Status", STATUS, pb.StatusReply, **kwargs).version
 
 
 class _Relay:
@@ -74,57 +94,74 @@ class _Relay:
     self._listener.close()
 
 
-def test_public_address_without_a_token_is_refused():
-  with pytest.raises(ValueError, match=r"serving\.host='0\.0\.0\.0'.*serving\.token_env"):
-    RpcServer({}, host="0.0.0.0")
-  RpcServer({}, host="0.0.0.0", token="s3cret")._server.server_close()
+def test_a_public_address_needs_a_token_and_tls(tmp_path):
+  certificates = make_certificates(tmp_path)
+  tls = ServerTls(certificates.server_cert.read_bytes(), certificates.server_key.read_bytes())
+  for token, server_tls in ((None, None), ("s3cret", None), (None, tls)):
+    with pytest.raises(ValueError, match=r"serving\.host='0\.0\.0\.0'.*token.*TLS"):
+      RpcServer(SERVICE, {}, host="0.0.0.0", token=token, tls=server_tls)
+  RpcServer(SERVICE, {}, host="0.0.0.0", token="s3cret", tls=tls).stop()
 
 
-def test_a_retried_call_still_running_is_answered_by_that_run(tmp_path):
+def test_a_retried_call_still_running_is_answered_by_that_run():
   runs = []
   started = threading.Event()
 
-  def slow(payload):
-    runs.append(payload["x"])
+  def slow(request):
+    runs.append(1)
     started.set()
     time.sleep(1.0)
-    return {"x": payload["x"], "runs": len(runs)}
+    return len(runs)
 
-  server = RpcServer({"slow": slow}).start()
+  server = RpcServer(SERVICE, _method(slow)).start()
   relay = _Relay(server.address)
   try:
-    client = RpcClient(relay.address, settings=ClientSettings(deadline=20, call_timeout=20))
+    client = RpcClient(SERVICE, relay.address,
+                       settings=ClientSettings(deadline=20, call_timeout=20))
     result = {}
-    caller = threading.Thread(target=lambda: result.update(client.call("slow", {"x": 7})))
+    caller = threading.Thread(target=lambda: result.update(version=_status(client)))
     caller.start()
     assert started.wait(10)
     relay.cut()  # the connection drops while the server runs the call; the client retries
     caller.join(30)
-    assert result == {"x": 7, "runs": 1}
-    assert runs == [7]
+    assert result == {"version": 1}
+    assert runs == [1]
   finally:
     relay.close()
     server.stop()
 
 
-def test_the_same_request_id_is_run_once_even_after_it_finished():
+def test_the_same_request_id_is_run_once_and_never_for_another_request():
   runs = []
-  server = RpcServer({"count": lambda p: {"n": runs.append(1) or len(runs)}}).start()
+  server = RpcServer(SERVICE, _method(lambda request: runs.append(1) or len(runs))).start()
   try:
-    client = RpcClient(server.address)
-    assert client.call("count", {}, request_id="a") == {"n": 1}
-    assert RpcClient(server.address).call("count", {}, request_id="a") == {"n": 1}
-    assert client.call("count", {}) == {"n": 2}  # a fresh id runs again
-    with pytest.raises(RpcError, match="id must be a string of 1 to 128"):
-      client.call("count", {}, request_id="x" * 129)
+    client = RpcClient(SERVICE, server.address)
+    assert _status(client, request_id="a") == 1
+    assert _status(RpcClient(SERVICE, server.address), request_id="a") == 1
+    assert _status(client) == 2  # a fresh id runs again
+    with pytest.raises(RpcError, match="request id 'a' was used for another request"):
+      client.call("Status", pb.RunSubtasksRequest(step=1), pb.StatusReply, request_id="a")
+    with pytest.raises(RpcError, match="must have 1 to 128 characters"):
+      _status(client, request_id="x" * 129)
+    assert runs == [1, 1]
   finally:
     server.stop()
 
 
 _SLOW_SERVER = textwrap.dedent("""
     import sys, time
-    from mgrpo_jax.serving.rpc import RpcServer
-    server = RpcServer({"slow": lambda p: time.sleep(30) or {}, "ping": lambda p: {}}).start()
+    from mgrpo_jax.serving import messages
+    from mgrpo_jax.serving.proto import sub_agent_pb2 as pb
+    from mgrpo_jax.serving.rpc import Method, RpcServer
+
+    def run(request):
+      if request.step:
+        time.sleep(30)
+      return pb.RunSubtasksReply()
+
+    parse = lambda data: messages.parse_request(data, pb.RunSubtasksRequest,
+                                                {messages.TASKS_FIELD: 1})
+    server = RpcServer(messages.SERVICE, {"RunSubtasks": Method(parse, run)}).start()
     print(server.address[1], flush=True)
     sys.stdin.read()
 """)
@@ -135,64 +172,123 @@ def test_a_slow_answer_is_a_timeout_not_an_unreachable_service():
                              stdout=subprocess.PIPE, text=True)
   try:
     port = int(process.stdout.readline())
-    client = RpcClient(("127.0.0.1", port),
+    client = RpcClient(SERVICE, ("127.0.0.1", port),
                        settings=ClientSettings(deadline=30, call_timeout=0.5))
-    assert client.call("ping", {}) == {}
+    client.call("RunSubtasks", pb.RunSubtasksRequest(), pb.RunSubtasksReply)
     start = time.monotonic()
-    with pytest.raises(RpcTimeoutError, match=r"'slow': no answer within 0\.5s "
+    with pytest.raises(RpcTimeoutError, match=r"'RunSubtasks': no answer within 0\.5s "
                                               r"\(serving\.call_timeout_s\)"):
-      client.call("slow", {})
+      client.call("RunSubtasks", pb.RunSubtasksRequest(step=1), pb.RunSubtasksReply)
     assert time.monotonic() - start < 5  # not retried until the 30 s deadline
   finally:
     process.kill()
     process.wait()
 
 
-def test_connections_over_the_cap_are_told_busy_and_retried():
-  server = RpcServer({"ping": lambda p: {"pong": True}},
-                     limits=ServerLimits(max_connections=2)).start()
-  idle = [socket.create_connection(server.address) for _ in range(2)]
+def test_calls_over_the_cap_are_told_busy_and_retried():
+  release = threading.Event()
+
+  def run(request):
+    if request.version:  # hold the only slot
+      release.wait(30)
+    return 1
+
+  methods = {"RunSubtasks": Method(
+      lambda data: messages.parse_request(data, pb.RunSubtasksRequest,
+                                          {messages.TASKS_FIELD: 1}),
+      lambda request: pb.RunSubtasksReply(version=run(request)))}
+  server = RpcServer(SERVICE, methods, limits=ServerLimits(max_concurrent_calls=1)).start()
+  holder = threading.Thread(target=lambda: RpcClient(SERVICE, server.address).call(
+      "RunSubtasks", pb.RunSubtasksRequest(version=1), pb.RunSubtasksReply))
+  holder.start()
   try:
-    time.sleep(0.2)
-    with pytest.raises(ServiceUnavailableError, match="busy: serving 2 connections"):
-      RpcClient(server.address, settings=ClientSettings(deadline=1)).call("ping", {})
-    client = RpcClient(server.address, settings=ClientSettings(deadline=20))
-    threading.Timer(0.5, idle.pop().close).start()  # a slot frees up while the client retries
-    assert client.call("ping", {}) == {"pong": True}
+    time.sleep(0.5)
+    with pytest.raises(ServiceUnavailableError, match="Concurrent RPC limit exceeded"):
+      RpcClient(SERVICE, server.address, settings=ClientSettings(deadline=1)).call(
+          "RunSubtasks", pb.RunSubtasksRequest(), pb.RunSubtasksReply)
+    client = RpcClient(SERVICE, server.address, settings=ClientSettings(deadline=20))
+    threading.Timer(0.5, release.set).start()  # the slot frees up while the client retries
+    assert client.call("RunSubtasks", pb.RunSubtasksRequest(), pb.RunSubtasksReply).version == 1
   finally:
-    for sock in idle:
-      sock.close()
+    release.set()
+    holder.join(10)
     server.stop()
 
 
-def test_idle_connections_are_closed_and_the_client_reconnects():
-  server = RpcServer({"ping": lambda p: {"pong": True}},
-                     limits=ServerLimits(idle_timeout_s=0.3)).start()
+def test_silent_and_idle_connections_are_closed_and_the_client_reconnects():
+  server = RpcServer(SERVICE, _method(lambda request: 3), limits=ServerLimits(
+      handshake_timeout_s=0.5, idle_timeout_s=1.0)).start()
   try:
-    with socket.create_connection(server.address, timeout=5) as idle:
-      assert idle.recv(1) == b""  # closed by the server after 0.3 s
-    client = RpcClient(server.address)
-    assert client.call("ping", {}) == {"pong": True}
-    time.sleep(0.6)
-    assert client.call("ping", {}) == {"pong": True}  # its reused connection had closed
+    silent = socket.create_connection(server.address)
+    slow = socket.create_connection(server.address)
+    slow.sendall(b"PRI * HTTP/2.0\r\n")  # the preface, cut short
+    assert closed_by_peer(silent, 10) and closed_by_peer(slow, 10)
+    client = RpcClient(SERVICE, server.address)
+    assert _status(client) == 3
+    time.sleep(2.5)  # the server closes the idle connection (GOAWAY)
+    assert _status(client) == 3
   finally:
     server.stop()
 
 
 @pytest.mark.parametrize("token", ["t\u00f6k\u00e9n", "\u2603" * 50, "x" * 200])
-def test_a_wrong_non_ascii_token_is_an_error_reply(token):
-  server = RpcServer({"ping": lambda p: {}}, token="s3cret").start()
+def test_a_wrong_non_ascii_token_is_refused(token):
+  server = RpcServer(SERVICE, _method(lambda request: 0), token="s3cret").start()
   try:
-    client = RpcClient(server.address, token=token, settings=ClientSettings(deadline=5))
-    with pytest.raises(RpcError, match="unauthorized"):
-      client.call("ping", {})
+    client = RpcClient(SERVICE, server.address, token=token,
+                       settings=ClientSettings(deadline=5))
+    with pytest.raises(RpcError, match="UNAUTHENTICATED"):
+      _status(client)
   finally:
     server.stop()
 
 
 def test_a_non_ascii_token_is_accepted_when_it_is_the_right_one():
-  server = RpcServer({"ping": lambda p: {"pong": True}}, token="t\u00f6k\u00e9n").start()
+  server = RpcServer(SERVICE, _method(lambda request: 4), token="t\u00f6k\u00e9n").start()
   try:
-    assert RpcClient(server.address, token="t\u00f6k\u00e9n").call("ping", {}) == {"pong": True}
+    assert _status(RpcClient(SERVICE, server.address, token="t\u00f6k\u00e9n")) == 4
+  finally:
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def certificates(tmp_path_factory):
+  return make_certificates(tmp_path_factory.mktemp("tls"))
+
+
+def _tls_server(certificates, client_ca: bool = False) -> RpcServer:
+  tls = ServerTls(certificates.server_cert.read_bytes(), certificates.server_key.read_bytes(),
+                  certificates.ca.read_bytes() if client_ca else None)
+  return RpcServer(SERVICE, _method(lambda request: 9), token="s3cret", tls=tls).start()
+
+
+def _tls_client(server: RpcServer, tls: ClientTls | None) -> RpcClient:
+  return RpcClient(SERVICE, server.address, token="s3cret", tls=tls,
+                   settings=ClientSettings(deadline=1.5))
+
+
+def test_tls_serves_a_client_that_trusts_the_certificate_and_no_other(certificates):
+  server = _tls_server(certificates)
+  try:
+    ca = certificates.ca.read_bytes()
+    assert _status(_tls_client(server, ClientTls(root_certs=ca))) == 9
+    assert _status(_tls_client(server, ClientTls(root_certs=ca, server_name="localhost"))) == 9
+    for tls in (None, ClientTls(root_certs=certificates.other_ca.read_bytes()),
+                ClientTls(root_certs=ca, server_name="elsewhere.example")):
+      with pytest.raises(ServiceUnavailableError):
+        _status(_tls_client(server, tls))
+  finally:
+    server.stop()
+
+
+def test_tls_with_client_certificates_refuses_a_client_without_one(certificates):
+  server = _tls_server(certificates, client_ca=True)
+  try:
+    ca = certificates.ca.read_bytes()
+    with pytest.raises(ServiceUnavailableError):
+      _status(_tls_client(server, ClientTls(root_certs=ca)))
+    signed = ClientTls(root_certs=ca, cert_chain=certificates.client_cert.read_bytes(),
+                       private_key=certificates.client_key.read_bytes())
+    assert _status(_tls_client(server, signed)) == 9
   finally:
     server.stop()

@@ -22,14 +22,22 @@ import os
 import random
 import shutil
 import signal
+import threading
 import time
 
+import grpc
 import jax
 import pytest
 
 from mgrpo_jax.metrics.machine import label as machine_label
 from mgrpo_jax.metrics.writer import read_metrics
+from mgrpo_jax.serving import messages
+from mgrpo_jax.serving.address import decode_address
+from mgrpo_jax.serving.proto import sub_agent_pb2 as pb
+from mgrpo_jax.serving.rpc import RpcClient, RpcError
+from mgrpo_jax.slices.step_cache import SubStepCache
 from mgrpo_jax.store import open_store
+from mgrpo_jax.store.folder import LocalFolder
 from mgrpo_jax.store.schema import MainOutcomes, SliceAck, ack_key, outcomes_key
 from tests.support import trainer_harness
 
@@ -37,9 +45,10 @@ NUM_STEPS = 3
 RUN_ID = "local_demo"
 
 
-def launch(workdir, fault=None, machine=None, shared_cache=True):
-  """The run in `workdir` to its end; a `gs://` run keeps its local folder in `machine`."""
-  return trainer_harness.launch(workdir, f"--config.experiment.num_steps={NUM_STEPS}",
+def launch(workdir, *extra, fault=None, machine=None, shared_cache=True):
+  """The run in `workdir` to its end, with `extra` flags; a `gs://` run keeps its local
+  folder in `machine`."""
+  return trainer_harness.launch(workdir, f"--config.experiment.num_steps={NUM_STEPS}", *extra,
                                 fault=fault, cwd=machine or trainer_harness.ROOT,
                                 gin_dir=machine, shared_cache=shared_cache,
                                 timeout=600 if machine else 240)
@@ -116,6 +125,110 @@ def test_two_slices_complete_every_step(reference):
   assert last_line in output  # the parent prints the table
 
 
+def _same_outcomes(reference_workdir, workdir) -> bool:
+  ours, theirs = open_store(f"{workdir}/store"), open_store(f"{reference_workdir}/store")
+  return all(ours.get(outcomes_key(RUN_ID, step)) == theirs.get(outcomes_key(RUN_ID, step))
+             for step in range(NUM_STEPS))
+
+
+def test_both_slices_in_one_process_equal_the_two_process_run(reference, tmp_path):
+  """`serving.colocate` (automatic on a host of one TPU chip): the RL stage is one child,
+  `--slice=both`, whose two threads run the slices on this process's one CPU device,
+  through the store and loopback gRPC; the run equals the two-process run bitwise."""
+  workdir = tmp_path / "run"
+  result = launch(workdir, "--config.serving.colocate=true")
+  assert result.returncode == 0, result.stdout[-4000:]
+  assert "[rl] [main] step 3/3" in result.stdout and "[rl] [sub] step 3/3" in result.stdout
+  assert sorted(p.name for p in (workdir / "launch").glob("*.pid")) == ["rl.pid"]
+  for role in ("main_rl", "sub_rl"):
+    (recorded,) = json.loads((workdir / "machines" / f"{role}.json").read_text())
+    assert recorded["devices"] == ["cpu"]
+  trainer_harness.assert_same_final_checkpoints(reference[0], workdir)
+  assert _same_outcomes(reference[0], workdir)
+
+
+def _raw_call(address, data: bytes) -> grpc.StatusCode:
+  """The status of a RunSubtasks call carrying `data` as its bytes."""
+  with grpc.insecure_channel(f"{address[0]}:{address[1]}", options=[
+      ("grpc.max_send_message_length", -1)]) as channel:
+    call = channel.unary_unary(f"/{messages.SERVICE}/RunSubtasks", request_serializer=None)
+    try:
+      call(data, timeout=60)
+    except grpc.RpcError as e:
+      return e.code()
+  return grpc.StatusCode.OK
+
+
+def _attack(workdir, reference_workdir, report: dict) -> None:
+  """A hostile caller on the run's service (loopback: no token): every malformed request
+  kind, then a well-formed call M never makes in step 2, then that call again with
+  another sub-task. Records what each got in `report`."""
+  address_file = workdir / "sub" / "service.json"
+  while not address_file.exists():
+    time.sleep(0.1)
+  address = decode_address(address_file.read_bytes(), str(address_file))
+  client = RpcClient(messages.SERVICE, address)
+  reference = open_store(f"{reference_workdir}/store")
+  queries = [MainOutcomes.from_bytes(outcomes_key(RUN_ID, t), reference.get(
+      outcomes_key(RUN_ID, t))).queries[0].query_id for t in range(NUM_STEPS)]
+  query = next(q for q in queries if q != queries[2])  # not step 2's question
+
+  def task(**fields):
+    return pb.SubTask(**{"query_id": query, "subtask": "Find the boss of x.", **fields})
+
+  attacks = {
+      "wrong types": b"\x0a\x01x" + b"\x2a\x02\x12\x00",
+      "out-of-range rollout": pb.RunSubtasksRequest(tasks=[task(rollout_index=3)]),
+      "out-of-range call": pb.RunSubtasksRequest(tasks=[task(call_index=4)]),
+      "unknown query": pb.RunSubtasksRequest(tasks=[task(query_id="nope")]),
+      "64 MiB body": b"\x2a\x00" * (32 << 20),
+      "1 MiB of empty tasks": b"\x2a\x00" * (1 << 19),
+  }
+  for kind, request in attacks.items():
+    data = request if isinstance(request, bytes) else request.SerializeToString()
+    report[kind] = (_raw_call(address, data), client.call(
+        "Status", pb.StatusRequest(), pb.StatusReply).version >= 0)
+  never_made = pb.RunSubtasksRequest(step=2, version=2, seed=5, tasks=[task(call_index=3)])
+  while (reply := client.call("RunSubtasks", never_made, pb.RunSubtasksReply)).status:
+    time.sleep(0.1)  # NOT_READY until S has trained step 1
+  report["never made"] = reply.results[0].task.query_id
+  other = pb.RunSubtasksRequest(step=2, version=2, seed=5,
+                                tasks=[task(call_index=3, subtask="Something else.")])
+  try:
+    client.call("RunSubtasks", other, pb.RunSubtasksReply)
+  except RpcError as e:
+    report["duplicate with other content"] = str(e)
+
+
+def test_hostile_calls_during_a_run_change_nothing_it_trains(reference, tmp_path):
+  """Malformed requests of every kind get an error and leave the service serving; a
+  well-formed call M never made is stored but never trained on (counted as
+  `sub/ignored_calls`); the same key with another sub-task is refused and the stored
+  record stays. The run ends bitwise equal to the undisturbed one."""
+  workdir = tmp_path / "run"
+  report = {}
+  attacker = threading.Thread(target=_attack, args=(workdir, reference[0], report),
+                              daemon=True)
+  attacker.start()
+  result = launch(workdir)
+  attacker.join(60)
+  assert result.returncode == 0, result.stdout[-4000:]
+  invalid, too_large = grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED
+  assert report.pop("64 MiB body") == (too_large, True)
+  assert report.pop("never made") and "stored with another sub-task" in report.pop(
+      "duplicate with other content")
+  assert report == {kind: (invalid, True) for kind in (
+      "wrong types", "out-of-range rollout", "out-of-range call", "unknown query",
+      "1 MiB of empty tasks")}
+  trainer_harness.assert_same_final_checkpoints(reference[0], workdir)
+  assert _same_outcomes(reference[0], workdir)
+  sub = read_metrics(workdir / "logs" / "sub" / "metrics.jsonl")
+  assert [m["sub/ignored_calls"] for m in sub] == [0.0, 0.0, 1.0]
+  (stored,) = [r for _, r in SubStepCache(LocalFolder(workdir / "sub" / "cache")).load(2)
+               if r.call_index == 3]
+  assert stored.subtask == "Find the boss of x."
+
+
 def test_resume_after_sigkill_equals_uninterrupted_run(reference, tmp_path):
   workdir = tmp_path / "run"
   store = open_store(str(workdir / "store"))
@@ -127,9 +240,13 @@ def test_resume_after_sigkill_equals_uninterrupted_run(reference, tmp_path):
   result = launch(workdir)
   assert result.returncode == 0, result.stdout[-4000:]
   trainer_harness.assert_same_final_checkpoints(reference[0], workdir)
-  for step in range(NUM_STEPS):
-    assert store.get(outcomes_key(RUN_ID, step)) == open_store(
-        str(reference[0] / "store")).get(outcomes_key(RUN_ID, step))
+  assert _same_outcomes(reference[0], workdir)
+  # Step 0 was redone from its write-ahead cache: no sampling throughput from it (was:
+  # tokens over a rollout time of ~0, 1e12 tokens/s).
+  main = read_metrics(workdir / "logs" / "main" / "metrics.jsonl")
+  assert main[0]["main/from_cache"] == 1.0
+  for record in main:
+    assert ("throughput/main_tokens_per_s" in record) == (record["main/from_cache"] == 0.0)
 
 
 def test_a_kill_after_a_steps_checkpoint_keeps_the_steps_metrics_line(reference, tmp_path):

@@ -4,8 +4,10 @@ import socket
 
 import pytest
 
+from mgrpo_jax.serving import messages
+from mgrpo_jax.serving.proto import sub_agent_pb2 as pb
 from mgrpo_jax.serving.remote_client import RemoteSubAgentClient
-from mgrpo_jax.serving.rpc import RpcServer, ServiceUnavailableError
+from mgrpo_jax.serving.rpc import ClientSettings, Method, RpcServer, ServiceUnavailableError
 from mgrpo_jax.slices.main_slice import wait_for_sub_ack
 from mgrpo_jax.store import StoreTimeoutError, open_store
 
@@ -14,14 +16,16 @@ KEY = "runs/r/step_00000000/ack_sub"
 
 @pytest.fixture
 def live_service():
-  server = RpcServer({"status": lambda payload: {"version": 0}}).start()
+  server = RpcServer(messages.SERVICE, {"Status": Method(
+      lambda data: messages.parse_request(data, pb.StatusRequest, {}),
+      lambda request: pb.StatusReply(version=0))}).start()
   yield server.address
   server.stop()
 
 
 def _client(address, deadline_s=2.0):
   return RemoteSubAgentClient(lambda: address, describe=f"{address[0]}:{address[1]}",
-                              deadline_s=deadline_s)
+                              settings=ClientSettings(deadline=deadline_s))
 
 
 def test_returns_once_the_ack_exists(tmp_path, live_service):

@@ -29,6 +29,8 @@ from mgrpo_jax.agents import (
 )
 from mgrpo_jax.agents.oracle_policy import render_oracle_action
 from mgrpo_jax.agents.tools import SearchIndex, default_registry
+from mgrpo_jax.serving import messages
+from mgrpo_jax.serving.proto import sub_agent_pb2 as pb
 from mgrpo_jax.tasks import judges, pages, questions, statements, world
 from mgrpo_jax.tasks.oracle import OracleMainAgent, OracleSubAgent, run_episode
 from mgrpo_jax.text import (
@@ -260,12 +262,14 @@ def test_summarizer_budget_and_plug_in(env):
   assert out.main[0].trajectory.messages[3][1] == protocol.render_observation("3 turns")
 
 
-def test_sub_agent_interface_is_plain_data(env, batch):
+def test_sub_agent_interface_crosses_the_service_unchanged(env, batch):
   request = SubTaskRequest("q-1", 3, 2, "Find the founder of X.", "ctx")
-  assert SubTaskRequest.from_dict(request.to_dict()) == request
+  assert messages.task_from_proto(messages.task_to_proto(request)) == request
   record = batch[0].sub[0]
   result = SubAgentResult(record.report, record)
-  back = SubAgentResult.from_dict(result.to_dict())
+  back = messages.result_from_proto(pb.SubRecord.FromString(
+      messages.result_to_proto(result).SerializeToString()))
+  assert back.record.digest() == record.digest()
   assert back.report == result.report and back.record.key == record.key
   for field in ("ids", "loss_mask", "logprobs", "roles"):
     a, b = getattr(back.record.trajectory, field), getattr(record.trajectory, field)

@@ -7,7 +7,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mgrpo_jax.config import SPEC, ConfigError, apply_overrides, base_config, iter_fields, validate
+from mgrpo_jax.config import (
+  SPEC,
+  ConfigError,
+  apply_overrides,
+  base_config,
+  check_environment,
+  iter_fields,
+  validate,
+)
 from mgrpo_jax.config.spec import PRETRAINED_PRESETS
 from mgrpo_jax.core.alignment import MODES as ALIGNMENT_MODES
 from mgrpo_jax.core.losses import AGGREGATIONS
@@ -202,6 +210,26 @@ def test_nan_and_inf_are_rejected_naming_the_key(key, value, message):
     ({"serving.host": "0.0.0.0"}, r"'serving\.host': '0\.0\.0\.0' is reachable from other "
      r"machines, .* set serving\.token_env"),
     ({"serving.host": "sub-host.internal"}, r"'serving\.host'.*serving\.token_env"),
+    ({"serving.host": "0.0.0.0", "serving.token_env": "T"},
+     r"'serving\.host': '0\.0\.0\.0' is reachable .* needs TLS: set serving\.tls_cert"),
+    ({"serving.tls_cert": "c.pem"}, r"'serving\.tls_key': serving\.tls_cert and "
+     r"serving\.tls_key are set together, got only serving\.tls_cert"),
+    ({"serving.tls_client_key": "k.pem", "serving.tls_cert": "c", "serving.tls_key": "k"},
+     r"'serving\.tls_client_cert': .* got only serving\.tls_client_key"),
+    ({"serving.tls_ca": "ca.pem"}, r"'serving\.tls_ca': applies to TLS, which is off"),
+    ({"serving.tls_cert": "c", "serving.tls_key": "k", "serving.tls_client_ca": "ca"},
+     r"'serving\.tls_client_cert': client certificates need both"),
+    ({"main.sampling.temperature": 0.0}, r"'main\.sampling\.temperature': RL samples K "
+     r"rollouts per query: at 0 they are identical and every advantage is 0"),
+    ({"sub.sampling.temperature": 0}, r"'sub\.sampling\.temperature'"),
+    ({"main.optim.learning_rate": 0.0},
+     r"'main\.optim\.learning_rate': experiment\.mode='mgrpo' trains main: must be > 0"),
+    ({"sub.optim.learning_rate": 0.0, "experiment.mode": "no_alignment"},
+     r"'sub\.optim\.learning_rate'"),
+    ({"main.optim.learning_rate": 0.0, "experiment.mode": "single_agent"},
+     r"'main\.optim\.learning_rate'"),
+    ({"warm_start.enabled": True, "warm_start.learning_rate": 0.0},
+     r"'warm_start\.learning_rate': warm_start\.enabled trains the agents"),
     ({"main.optim.schedule": "cosine", "main.optim.warmup_steps": 10},
      r"'main\.optim\.warmup_steps': an RL run of experiment\.num_steps = 10 would end inside "
      r"the warm-up and never reach the cosine decay; must be < 10, got 10"),
@@ -228,7 +256,15 @@ def test_cross_key_rules_name_the_key(overrides, message):
 
 @pytest.mark.parametrize("overrides", [
     {"main.loss.clip_ratio_c": 3.0},
-    {"serving.host": "0.0.0.0", "serving.token_env": "MGRPO_TOKEN"},
+    {"serving.host": "0.0.0.0", "serving.token_env": "MGRPO_TOKEN", "serving.tls_cert": "c",
+     "serving.tls_key": "k"},
+    {"serving.tls_cert": "c", "serving.tls_key": "k", "serving.tls_client_ca": "ca",
+     "serving.tls_client_cert": "cc", "serving.tls_client_key": "ck", "serving.tls_ca": "ca",
+     "serving.tls_server_name": "sub-host"},
+    {"sub.sampling.temperature": 0.0, "sub.optim.learning_rate": 0.0,
+     "experiment.mode": "frozen_sub"},  # S is not trained
+    {"sub.sampling.temperature": 0.0, "experiment.mode": "shared_policy"},
+    {"warm_start.learning_rate": 0.0},  # no warm start
     {"serving.host": "localhost"},
     {"serving.host": "::1"},
     {"experiment.run_id": "sweep-a_1.2"},
@@ -255,6 +291,24 @@ def test_run_id_rule_is_the_store_key_segment_rule(run_id):
   except ConfigError:
     accepted = False
   assert accepted == keys.is_valid_segment(run_id)
+
+
+def test_the_environment_check_names_the_token_variable_and_unreadable_files(tmp_path,
+                                                                          monkeypatch):
+  config = base_config()
+  apply_overrides(config, {"serving.token_env": "MGRPO_TEST_TOKEN"})
+  monkeypatch.delenv("MGRPO_TEST_TOKEN", raising=False)
+  with pytest.raises(ConfigError, match=r"'serving\.token_env': names the environment "
+                                        r"variable 'MGRPO_TEST_TOKEN', which is unset"):
+    check_environment(config)
+  monkeypatch.setenv("MGRPO_TEST_TOKEN", "s3cret")
+  check_environment(config)
+  (tmp_path / "c.pem").write_text("cert")
+  apply_overrides(config, {"serving.tls_cert": str(tmp_path / "c.pem"),
+                           "serving.tls_key": str(tmp_path / "missing.key")})
+  with pytest.raises(ConfigError, match=r"'serving\.tls_key': .*missing\.key is not a "
+                                        r"readable file"):
+    check_environment(config)
 
 
 def test_pretrained_presets_are_the_trainers():

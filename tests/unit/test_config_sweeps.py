@@ -316,12 +316,13 @@ _COMMAND_LINE_TEXT = st.text(st.characters(exclude_categories=("Cs",),
                                            exclude_characters="\0"))
 
 
-# A run id is one store key segment (validate refuses others); AdamW's beta is < 1.
+# A run id is one store key segment (validate refuses others); AdamW's beta is < 1; a
+# trained agent's learning rate is > 0.
 _RUN_ID = st.from_regex(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,40}", fullmatch=True)
 
 
 @given(name=_COMMAND_LINE_TEXT.filter(bool), run_id=_RUN_ID, token_env=_COMMAND_LINE_TEXT,
-       seed=st.integers(0, 2**70), learning_rate=st.floats(0.0, 1.0),
+       seed=st.integers(0, 2**70), learning_rate=st.floats(0.0, 1.0, exclude_min=True),
        b1=st.one_of(st.integers(0, 0), st.floats(0.0, 1.0, exclude_max=True)),
        tensorboard=st.booleans())
 def test_arbitrary_values_round_trip_through_the_shell_and_the_config_flag(

@@ -50,12 +50,54 @@ def test_a_provisional_line_is_jsonl_only_and_the_full_line_wins(tmp_path):
                                             (0, "time/checkpoint_s", 0.125)]
 
 
+def test_a_step_already_written_is_not_written_again(tmp_path):
+  """A slice that falls back to an older checkpoint redoes steps whose full lines exist:
+  they are left as they were (was: every redo appended two more lines); a step that only
+  has its provisional line (killed before its commit) is written in full; a torn last
+  line is cut before appending."""
+  with MetricsWriter(tmp_path) as writer:
+    for step in range(3):
+      writer.write(step, {"a": float(step)}, provisional=True)
+      if step < 2:
+        writer.write(step, {"a": float(step), "time/checkpoint_s": 0.5})
+  with (tmp_path / "metrics.jsonl").open("a") as f:
+    f.write('{"step": 3, "a"')  # killed mid-line
+  with MetricsWriter(tmp_path) as writer:
+    for step in range(4):
+      writer.write(step, {"a": 10.0 + step}, provisional=True)
+      writer.write(step, {"a": 10.0 + step, "time/checkpoint_s": 0.5})
+  lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+  assert [(r["step"], r.get("provisional", False)) for r in lines] == [
+      (0, True), (0, False), (1, True), (1, False), (2, True), (2, True), (2, False),
+      (3, True), (3, False)]
+  assert [r["a"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [0.0, 1.0, 12.0, 13.0]
+  points = {(s, v) for s, tag, v in _tensorboard_scalars_all(tmp_path) if tag == "a"}
+  assert {(2, 12.0), (3, 13.0)} <= points and not {(0, 10.0), (1, 11.0)} & points
+
+
+def _tensorboard_scalars_all(folder) -> list[tuple[int, str, float]]:
+  """The scalars of every event file in `folder` (one per writer), in file order."""
+  from tensorboardX.proto import event_pb2
+
+  values = []
+  for event_file in sorted((folder / "tensorboard").glob("events.out.tfevents.*")):
+    data, offset = event_file.read_bytes(), 0
+    while offset < len(data):
+      length = int.from_bytes(data[offset:offset + 8], "little")
+      event = event_pb2.Event.FromString(data[offset + 12:offset + 12 + length])
+      offset += 16 + length
+      values += [(event.step, v.tag, v.simple_value) for v in event.summary.value]
+  return values
+
+
 def test_rejects_non_numeric_and_reserved_names(tmp_path):
   with MetricsWriter(tmp_path, tensorboard=False) as writer:
     with pytest.raises(ValueError, match="metric 'x' at step 3 is not a number"):
       writer.write(3, {"x": "high"})
     with pytest.raises(ValueError, match="reserved"):
       writer.write(3, {"step": 1.0})
+    with pytest.raises(ValueError, match="reserved"):
+      writer.write(3, {"provisional": 1.0})
 
 
 def test_read_keeps_last_line_per_step_and_skips_a_torn_tail(tmp_path):

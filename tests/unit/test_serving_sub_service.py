@@ -1,8 +1,9 @@
 """The sub-agent service's handler (called directly, no socket) and the shared-policy batch.
 
-The service answers "not_ready" for a version it has not published, serves a published
-version with exactly those weights, persists every record before replying, and gives
-the same records for the same request. In shared_policy the one update sees M's and
+The service answers NOT_READY for a version it has not published, serves a published
+version with exactly those weights, stores every record (in a real `SubStepCache`)
+before replying, answers a stored call from the store and never replaces it, and
+refuses what it did not hand out with nothing run or stored. In shared_policy the one update sees M's and
 S's rows: dropping S's rows changes the updated weights.
 """
 
@@ -27,8 +28,13 @@ from mgrpo_jax.agents import (
 from mgrpo_jax.agents.tools import SearchIndex, default_registry
 from mgrpo_jax.models import get_config, init_model
 from mgrpo_jax.sampling import Sampler
-from mgrpo_jax.serving.sub_service import NOT_READY, RequestGate, SubAgentService, WeightVersions
+from mgrpo_jax.serving import messages
+from mgrpo_jax.serving.messages import BadRequest
+from mgrpo_jax.serving.proto import sub_agent_pb2 as pb
+from mgrpo_jax.serving.sub_service import RequestGate, SubAgentService, WeightVersions
 from mgrpo_jax.slices import step_math
+from mgrpo_jax.slices.step_cache import SubStepCache
+from mgrpo_jax.store.folder import LocalFolder
 from mgrpo_jax.tasks import pages, questions, world
 from mgrpo_jax.tasks.oracle import OracleSubAgent
 from mgrpo_jax.text import SentencePieceTokenizer
@@ -55,77 +61,138 @@ def env(tmp_path_factory):
   return registry, qs, tokenizer, model
 
 
-def _service(env, persisted, gate=None, keep=1):
+def _gate(qs, **changes) -> RequestGate:
+  return dataclasses.replace(RequestGate(
+      num_steps=4, staleness=1, query_ids=frozenset(q.id for q in qs[:3]),
+      rollouts_per_query=2, max_sub_calls=3, max_tasks=4, max_batches=3, max_chars=200),
+      **changes)
+
+
+def _service(env, cache, gate, keep=1):
   registry, _, tokenizer, model = env
   policy = SamplerPolicy(Sampler(model, tokenizer))
   versions = WeightVersions(keep=keep)
   service = SubAgentService(
-      policy, nnx.graphdef(model), tokenizer, registry, CONFIG, versions,
-      lambda step, calls: persisted.extend((step, r, a) for r, a in calls),
-      spec=SUB_SPEC, rollout_policy=OraclePolicy(OracleSubAgent(), tokenizer,
-                                                 version=0), gate=gate)
+      policy, nnx.graphdef(model), tokenizer, registry, CONFIG, versions, cache, gate,
+      spec=SUB_SPEC, rollout_policy=OraclePolicy(OracleSubAgent(), tokenizer, version=0))
   return service, versions, policy, nnx.state(model, nnx.Param)
 
 
-def test_service_gates_versions_and_persists_before_replying(env):
+def _task(q, rollout=0, call=0, subtask=None) -> pb.SubTask:
+  return messages.task_to_proto(SubTaskRequest(
+      q.id, rollout, call, subtask or f"Find the {q.path[0].relation} of {q.path[0].subject}."))
+
+
+def _request(step, version, tasks, batch=0, seed=11) -> pb.RunSubtasksRequest:
+  return pb.RunSubtasksRequest(step=step, seed=seed, version=version, batch=batch, tasks=tasks)
+
+
+def _runs(service) -> int:
+  return service._client.stats.rounds
+
+
+def test_service_gates_versions_and_stores_before_replying(env, tmp_path):
   _, qs, _, _ = env
-  persisted = []
-  service, versions, policy, params = _service(env, persisted)
-  requests = [SubTaskRequest(qs[0].id, k, 0, f"Find the {qs[0].path[0].relation} of "
-                             f"{qs[0].path[0].subject}.").to_dict() for k in range(2)]
-  payload = {"step": 3, "seed": 11, "version": 0, "batch": 2, "requests": requests}
-  assert service.run_subtasks(payload) == {"status": NOT_READY, "version": -1}
-  assert persisted == []
+  cache = SubStepCache(LocalFolder(tmp_path))
+  service, versions, policy, params = _service(env, cache, _gate(qs, staleness=3))
+  request = _request(3, 0, [_task(qs[0], k) for k in range(2)], batch=2)
+  assert service.run_subtasks(request) == pb.RunSubtasksReply(
+      status=pb.RunSubtasksReply.NOT_READY, version=-1)
+  assert cache.load(3) == []
   versions.publish(0, params)
-  reply = service.run_subtasks(payload)
-  assert reply["status"] == "ok" and reply["version"] == 0
-  assert [(s, a) for s, _, a in persisted] == [(3, (2, 0)), (3, (2, 1))]
-  assert [r.key for _, r, _ in persisted] == [(qs[0].id, k, 0) for k in range(2)]
-  assert [r["record"]["trajectory"]["ids"] for r in reply["results"]] == [
-      r.trajectory.ids.tolist() for _, r, _ in persisted]
+  reply = service.run_subtasks(request)
+  assert reply.status == pb.RunSubtasksReply.OK and reply.version == 0
+  stored = cache.load(3)
+  assert [a for a, _ in stored] == [(2, 0), (2, 1)]
+  assert [r.key for _, r in stored] == [(qs[0].id, k, 0) for k in range(2)]
+  results = [messages.result_from_proto(r) for r in reply.results]
+  assert [r.record.digest() for r in results] == [r.digest() for _, r in stored]
   assert policy.version == 0
-  again = service.run_subtasks(payload)
-  assert again["results"][0]["record"]["trajectory"]["ids"] == reply["results"][0][
-      "record"]["trajectory"]["ids"]
-  assert service.status({}) == {"version": 0}
+  assert service.status(pb.StatusRequest()) == pb.StatusReply(version=0)
 
 
-def test_requests_the_service_did_not_hand_out_are_refused_untouched(env):
-  """A step outside the run, a version the step does not use, an unknown query, a
-  rollout or call index out of range are refused with the reason (the RPC server
-  replies it as an error), and nothing is run or persisted. A step S was already trained
-  on is served but not persisted."""
+def test_a_stored_call_is_answered_from_the_store_and_never_replaced(env, tmp_path):
+  """The same call again (a restarted main slice) gets the stored record without a new
+  run; the same key with another sub-task, or at another position, is refused and the
+  stored record stays; a batch mixing stored and new calls runs, keeps the stored ones."""
   _, qs, _, _ = env
-  persisted = []
-  gate = RequestGate(num_steps=4, staleness=1, query_ids=frozenset(q.id for q in qs[:3]),
-                     rollouts_per_query=2, max_sub_calls=3)
-  service, versions, _, params = _service(env, persisted, gate, keep=2)
+  cache = SubStepCache(LocalFolder(tmp_path))
+  service, versions, _, params = _service(env, cache, _gate(qs))
+  versions.publish(0, params)
+  first = service.run_subtasks(_request(1, 0, [_task(qs[0])]))
+  runs = _runs(service)
+  assert service.run_subtasks(_request(1, 0, [_task(qs[0])])) == first
+  assert _runs(service) == runs  # nothing ran
+  (stored,) = cache.load(1)
+  for request, problem in [
+      (_request(1, 0, [_task(qs[0], subtask="Find something else.")]),
+       "is stored with another sub-task or context"),
+      (_request(1, 0, [_task(qs[0])], batch=1), "is stored as (batch, position) (0, 0)"),
+  ]:
+    with pytest.raises(BadRequest, match=re.escape(problem)):
+      service.run_subtasks(request)
+  assert [r.digest() for _, r in cache.load(1)] == [stored[1].digest()]
+  mixed = service.run_subtasks(_request(1, 0, [_task(qs[0]), _task(qs[1])]))
+  assert mixed.results[0] == first.results[0]
+  assert [r.key for _, r in cache.load(1)] == [(qs[0].id, 0, 0), (qs[1].id, 0, 0)]
+  assert _runs(service) > runs
+
+
+def test_requests_the_service_did_not_hand_out_are_refused_untouched(env, tmp_path):
+  """A step outside the run, a version the step does not use, a batch or seed out of
+  range, too many tasks, an unknown query, a rollout or call index out of range, a call
+  twice in a batch, an empty or overlong sub-task: refused with the reason (the RPC
+  server replies it as INVALID_ARGUMENT), and nothing is run or stored. A step S was
+  already trained on is served but not stored."""
+  _, qs, _, _ = env
+  cache = SubStepCache(LocalFolder(tmp_path))
+  service, versions, _, params = _service(env, cache, _gate(qs), keep=2)
   versions.publish(0, params)
   versions.publish(1, params)  # S trained step 0: steps 1 (version 0) and 2 (version 1) serve
-
-  def payload(step, version, query_id=qs[0].id, rollout=0, call=0):
-    request = SubTaskRequest(query_id, rollout, call, f"Find the {qs[0].path[0].relation} of "
-                             f"{qs[0].path[0].subject}.")
-    return {"step": step, "seed": 1, "version": version, "batch": 0,
-            "requests": [request.to_dict()]}
-
+  q = qs[0]
   for bad, reason in [
-      (payload(4, 3), "step 4 is not a step of this run (0..3)"),
-      (payload(-1, 0), "step -1 is not a step of this run"),
-      (payload(2, 0), "step 2 is served by S version 1 (staleness 1), not 0"),
-      (payload(1, 0, query_id="not-a-question"), "query 'not-a-question' is not a question"),
-      (payload(1, 0, query_id=qs[5].id), f"query {qs[5].id!r} is not a question"),
-      (payload(1, 0, rollout=2), "rollout 2 is outside [0, 2)"),
-      (payload(1, 0, call=3), "call 3 is outside [0, 3)"),
+      (_request(4, 3, [_task(q)]), "step 4 is not a step of this run (0..3)"),
+      (_request(-1, 0, [_task(q)]), "step -1 is not a step of this run"),
+      (_request(2, 0, [_task(q)]), "step 2 is served by S version 1 (staleness 1), not 0"),
+      (_request(1, 0, [_task(q)], batch=3), "batch 3 is outside [0, 3)"),
+      (_request(1, 0, [_task(q)], batch=-1), "batch -1 is outside"),
+      (_request(1, 0, [_task(q)], seed=2**32), "seed 4294967296 is outside [0, 2**32)"),
+      (_request(1, 0, [_task(q)], seed=-5), "seed -5 is outside"),
+      (_request(1, 0, []), "0 tasks: a batch holds 1 to 4"),
+      (_request(1, 0, [_task(q, k % 2, k // 2) for k in range(5)]), "5 tasks"),
+      (_request(1, 0, [pb.SubTask(query_id="not-a-question", subtask="x")]),
+       "query 'not-a-question' is not a question"),
+      (_request(1, 0, [_task(qs[5])]), f"query {qs[5].id!r} is not a question"),
+      (_request(1, 0, [_task(q, rollout=2)]), "rollout 2 is outside [0, 2)"),
+      (_request(1, 0, [_task(q, rollout=-1)]), "rollout -1 is outside"),
+      (_request(1, 0, [_task(q, call=3)]), "call 3 is outside [0, 3)"),
+      (_request(1, 0, [_task(q), _task(q)]), "appears twice in the batch"),
+      (_request(1, 0, [_task(q, subtask=" ")]), "the sub-task must be non-empty"),
+      (_request(1, 0, [_task(q, subtask="x" * 201)]), "at most 200 characters"),
   ]:
-    with pytest.raises(ValueError, match="^refused: .*" + re.escape(reason)):
+    with pytest.raises(BadRequest, match="^refused: .*" + re.escape(reason)):
       service.run_subtasks(bad)
-  assert persisted == []
-  assert service.run_subtasks(payload(3, 2)) == {"status": NOT_READY, "version": 1}
-  assert service.run_subtasks(payload(0, 0))["status"] == "ok"  # trained: not persisted
-  assert persisted == []
-  assert service.run_subtasks(payload(2, 1))["status"] == "ok"
-  assert [(s, r.key) for s, r, _ in persisted] == [(2, (qs[0].id, 0, 0))]
+  assert _runs(service) == 0 and cache.load(1) == [] and cache.load(2) == []
+  assert service.run_subtasks(_request(3, 2, [_task(q)])).status == pb.RunSubtasksReply.NOT_READY
+  assert service.run_subtasks(_request(0, 0, [_task(q)])).status == pb.RunSubtasksReply.OK
+  assert cache.load(0) == []  # trained: not stored
+  assert service.run_subtasks(_request(2, 1, [_task(q)])).status == pb.RunSubtasksReply.OK
+  assert [(a, r.key) for a, r in cache.load(2)] == [((0, 0), (q.id, 0, 0))]
+
+
+def test_the_gate_parses_at_most_max_tasks_before_building_anything(env):
+  _, qs, _, _ = env
+  gate = _gate(qs)
+  request = _request(1, 0, [_task(qs[0], k % 2, k // 2) for k in range(4)])
+  assert gate.parse(request.SerializeToString()) == request
+  with pytest.raises(BadRequest, match="more than 4 entries"):
+    gate.parse(b"\x2a\x00" * 1_000_000)
+  long_task = _request(1, 0, [_task(qs[0], subtask="x" * 801)])  # max_chars 200: 800 bytes
+  with pytest.raises(BadRequest, match="SubTask.subtask: 801 bytes, more than 800"):
+    gate.parse(long_task.SerializeToString())
+  with pytest.raises(BadRequest, match="SubTask.query_id: .* bytes, more than"):
+    gate.parse(_request(1, 0, [pb.SubTask(query_id="q" * 999, subtask="x")])
+               .SerializeToString())
 
 
 def test_shared_policy_update_uses_both_roles_rows(env):

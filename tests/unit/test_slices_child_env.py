@@ -11,6 +11,7 @@ from mgrpo_jax.slices.child_env import (
   GPU_MEMORY_SHARE,
   TPU_BASE_PORT,
   Accelerators,
+  cannot_share,
   child_environments,
   detect_accelerators,
 )
@@ -59,6 +60,19 @@ def test_a_tpu_host_that_cannot_be_split_is_refused_naming_the_processes():
     child_environments(Accelerators("tpu", ("0",)), ("sub", "main"), BASE)
   with pytest.raises(ValueError, match="3 chips"):
     child_environments(Accelerators("tpu", ("0", "1", "2")), ("sub", "main"), BASE)
+
+
+def test_a_host_whose_chips_cannot_be_shared_runs_the_slices_in_one_process():
+  """`--slice=all` colocates where `child_environments` would refuse: one or three TPU
+  chips, unless the user split them; GPUs (memory shares) and CPUs never need it."""
+  for chips, refused in ((1, True), (2, False), (3, True), (4, False), (8, False)):
+    tpu = Accelerators("tpu", tuple(map(str, range(chips))))
+    assert cannot_share(tpu, 2, BASE) is refused
+    assert cannot_share(tpu, 1, BASE) is False
+  one_chip = Accelerators("tpu", ("0",))
+  assert cannot_share(one_chip, 2, {**BASE, "TPU_VISIBLE_CHIPS": "0"}) is False
+  assert cannot_share(Accelerators("gpu", ("0",)), 2, BASE) is False
+  assert cannot_share(Accelerators("cpu"), 2, BASE) is False
 
 
 def test_gpus_are_split_or_a_shared_gpus_memory_is():

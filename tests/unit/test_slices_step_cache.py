@@ -43,14 +43,15 @@ def test_main_cache_round_trip_is_exact(tmp_path):
   main = [MainRecord("q", k, "main", _trajectory(k), 2, correct=float(k)) for k in range(2)]
   sub = [SubRecord("q", 0, 1, "task", "ctx", "rep", _trajectory(7))]
   assert cache.load(4) is None
-  cache.write(4, ["q"], main, sub)
-  ids, main2, sub2 = cache.load(4)
-  assert ids == ["q"]
+  calls = {sub[0].key: sub[0].digest()}
+  cache.write(4, ["q"], main, sub, calls)
+  ids, main2, sub2, calls2 = cache.load(4)
+  assert ids == ["q"] and calls2 == calls
   for a, b in zip(main + sub, main2 + sub2, strict=True):
     _same_trajectory(a.trajectory, b.trajectory)
   assert [r.correct for r in main2] == [0.0, 1.0]
   assert math.isnan(sub2[0].expert)  # unscored fields survive as NaN
-  cache.write(5, ["q"], main, [])
+  cache.write(5, ["q"], main, [], {})
   cache.delete_before(5)
   assert cache.load(4) is None and cache.load(5) is not None
   cache.retire(5)  # one kept checkpoint (steps_done = 6): step 5 is not redone
@@ -62,7 +63,7 @@ def test_caches_keep_the_steps_a_kept_checkpoint_may_redo(tmp_path):
   sub = SubStepCache(LocalFolder(tmp_path / "sub"), checkpoints_kept=3)
   record = SubRecord("q", 0, 0, "t", "", "r", _trajectory(1))
   for step in range(5):
-    main.write(step, ["q"], [], [])
+    main.write(step, ["q"], [], [], {})
     sub.put(step, [(record, (0, 0))])
     main.retire(step)
     sub.retire(step)
@@ -154,3 +155,14 @@ def test_atomic_write_fsyncs_the_folder_after_the_rename(tmp_path, monkeypatch):
   atomic_write(tmp_path / "f.json", b"new")
   # the file's data (before the rename), then its folder (after the rename)
   assert synced == [(False, False), (True, True)]
+
+
+def test_sub_cache_finds_the_stored_calls_of_a_step(tmp_path):
+  cache = SubStepCache(LocalFolder(tmp_path))
+  records = [SubRecord(".q/x", 0, i, "t", "", "r", _trajectory(i)) for i in range(3)]
+  cache.put(2, [(records[0], (0, 0)), (records[2], (1, 0))])
+  stored = cache.stored(2, [r.key for r in records])
+  assert sorted(stored) == [records[0].key, records[2].key]
+  assert stored[records[2].key][0] == (1, 0)
+  assert stored[records[2].key][1].digest() == records[2].digest()
+  assert cache.stored(3, [r.key for r in records]) == {}

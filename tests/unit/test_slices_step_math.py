@@ -81,6 +81,29 @@ def test_index_sub_records_names_a_missing_call():
     step_math.index_sub_records(records, ["q0"], np.array([[1, 0, 1]]))
 
 
+def test_received_calls_keeps_what_the_outcomes_name_with_their_digest():
+  counts = np.array([[2, 0, 1]])
+  records = _sub_records(counts, ["q0"])
+  named = {(0, 0, 0): records[0].digest(), (0, 0, 1): records[1].digest(),
+           (0, 2, 0): records[2].digest()}
+  never_made = SubRecord("q0", 1, 3, "sub-task", "", "report", _trajectory(9, True))
+  other_query = SubRecord("q9", 0, 0, "sub-task", "", "report", _trajectory(9, True))
+  changed = SubRecord(*[getattr(records[1], f) for f in ("query_id", "rollout_index",
+                                                        "call_index", "subtask", "context")],
+                      "another report", records[1].trajectory)
+  arrived = [((0, i), r) for i, r in enumerate([records[0], never_made, records[2],
+                                                 other_query])]
+  kept, ignored = step_math.received_calls(arrived, ["q0"], named)
+  assert [r.key for _, r in kept] == [records[0].key, records[2].key]
+  assert [a for a, _ in kept] == [(0, 0), (0, 2)] and ignored == 2
+  kept, ignored = step_math.received_calls([((0, 0), changed)], ["q0"], named)
+  assert (kept, ignored) == ([], 1)  # content other than what M received
+  with pytest.raises(KeyError, match=r"\('q0', 0, 1\) with the content M received"):
+    step_math.index_sub_records([r for _, r in step_math.received_calls(
+        [((0, 0), records[0]), ((0, 1), changed), ((0, 2), records[2])], ["q0"], named)[0]],
+        ["q0"], counts)
+
+
 @pytest.mark.parametrize("mode", ["duplicate_drop", "mask"])
 def test_aligned_sub_step_gathers_and_normalizes_per_query(mode):
   counts = np.array([[3, 0, 1], [1, 2, 5]])

@@ -7,7 +7,13 @@ fast folder-specific checks.
 from __future__ import annotations
 
 import os
+import pathlib
+import shutil
 import stat
+import subprocess
+import sys
+import tempfile
+import textwrap
 import threading
 
 import pytest
@@ -111,6 +117,51 @@ def test_file_system_without_hard_links_is_a_store_error_naming_the_path(
   assert error.strerror in str(info.value)
   assert not store.exists("runs/r/outcomes")
   assert os.listdir(tmp_path / "runs" / "r") == []  # no temporary file left behind
+
+
+_UNWRITABLE = textwrap.dedent("""
+    import os, resource, signal, sys
+    from mgrpo_jax.store import LocalStore, StoreError
+    store = LocalStore(sys.argv[1])
+    if sys.argv[2] == "full":  # writes past 16 bytes fail (EFBIG), as on a full disk
+      signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+      resource.setrlimit(resource.RLIMIT_FSIZE, (16, 16))
+    elif os.getuid() == 0:  # root writes anywhere: drop to nobody to meet the permissions
+      os.setuid(65534)
+    try:
+      store.put("runs/r/step_00000000/outcomes", b"x" * 1000)
+    except StoreError as e:
+      print(f"{type(e).__name__}: {e}")
+""")
+
+
+@pytest.mark.parametrize("fault,problem", [("full", "File too large"),
+                                           ("read_only", "Permission denied")])
+def test_a_refused_write_is_a_store_error_naming_the_path(tmp_path, fault, problem) -> None:
+  """A full disk or a folder the process may not write: a StoreError naming the path
+  (was: a bare OSError), nothing partial left."""
+  root = pathlib.Path(tempfile.mkdtemp(prefix="store-")) / "store"
+  root.parent.chmod(0o755)
+  (root / "runs" / "r").mkdir(parents=True)
+  for folder in (root, root / "runs", root / "runs" / "r"):
+    folder.chmod(0o755 if fault == "full" else 0o555)
+  try:
+    out = subprocess.run([sys.executable, "-c", _UNWRITABLE, str(root), fault],
+                         capture_output=True, text=True, timeout=60)
+    assert out.stdout.startswith("StoreError: store key 'runs/r/step_00000000/outcomes': "
+                                 "cannot write"), out.stdout + out.stderr
+    assert str(root / "runs" / "r") in out.stdout and problem in out.stdout
+    assert [p for p in (root / "runs" / "r").rglob("*") if not p.is_dir()] == []
+  finally:
+    for folder in (root, root / "runs", root / "runs" / "r"):
+      folder.chmod(0o755)
+    shutil.rmtree(root.parent)
+
+
+def test_a_store_root_that_cannot_be_created_is_a_store_error() -> None:
+  with pytest.raises(StoreError, match=r"store root /proc/no-such-process/store: cannot "
+                                       r"create it"):
+    LocalStore("/proc/no-such-process/store")
 
 
 def test_open_store_selects_local_backend(tmp_path) -> None:

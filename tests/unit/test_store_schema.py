@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import numpy as np
@@ -11,10 +12,16 @@ from hypothesis import strategies as st
 
 from mgrpo_jax.store import InvalidKeyError, RecordError, schema
 
+_DIGEST = st.text("0123456789abcdef", min_size=64, max_size=64)
 _ROLLOUT = st.builds(
     schema.RolloutOutcome, correct=st.booleans(),
     main_reward=st.floats(-10, 10, allow_nan=False, allow_infinity=False),
-    num_sub_calls=st.integers(0, 50), policy_version=st.integers(0, 2**40))
+    sub_calls=st.lists(_DIGEST, max_size=6).map(tuple), policy_version=st.integers(0, 2**40))
+
+
+def _digests(count: int, seed: str) -> list[str]:
+  """`count` distinct SHA-256 hex digests."""
+  return [hashlib.sha256(f"{seed}/{i}".encode()).hexdigest() for i in range(count)]
 
 
 @st.composite
@@ -32,7 +39,8 @@ def main_outcomes(draw) -> schema.MainOutcomes:
 def _example() -> schema.MainOutcomes:
   return schema.MainOutcomes.from_arrays(
       "run-1", 3, ["q0", "q1"], correct=[[True, False], [False, True]],
-      main_reward=[[1.0, 0.1], [0.0, 1.0]], num_sub_calls=[[2, 0], [9, 1]],
+      main_reward=[[1.0, 0.1], [0.0, 1.0]],
+      sub_calls=[[_digests(2, "a"), []], [_digests(9, "b"), _digests(1, "c")]],
       policy_version=7)
 
 
@@ -49,12 +57,14 @@ def test_keys_follow_the_documented_layout() -> None:
 
 def test_golden_encoding_is_sorted_compact_json() -> None:
   ack = schema.SliceAck("run-1", 3, "main", 4)
-  assert ack.to_bytes() == (b'{"record":"ack","run_id":"run-1","schema_version":1,'
+  assert ack.to_bytes() == (b'{"record":"ack","run_id":"run-1","schema_version":2,'
                             b'"slice":"main","step":3,"weight_version":4}')
   data = _example().to_bytes()
+  first, second = _digests(2, "a")
   assert data.startswith(b'{"queries":[{"query_id":"q0","rollouts":[{"correct":true,'
-                         b'"main_reward":1.0,"num_sub_calls":2,"policy_version":7},')
-  assert data.endswith(b'"record":"main_outcomes","run_id":"run-1","schema_version":1,'
+                         b'"main_reward":1.0,"policy_version":7,"sub_calls":["'
+                         + f'{first}","{second}"]}},'.encode())
+  assert data.endswith(b'"record":"main_outcomes","run_id":"run-1","schema_version":2,'
                        b'"step":3}')
 
 
@@ -69,6 +79,9 @@ def test_arrays_round_trip_with_shapes_and_dtypes() -> None:
       "num_sub_calls": (np.dtype(np.int32), (2, 2)),
       "policy_version": (np.dtype(np.int32), (2, 2))}
   assert _example().shape == (2, 2)
+  digests = _example().sub_call_digests()
+  assert len(digests) == 12 and digests[(1, 0, 8)] == _digests(9, "b")[8]
+  assert (0, 1, 0) not in digests
 
 
 @given(main_outcomes())
@@ -93,7 +106,7 @@ def _mutated(mutate) -> tuple[str, bytes]:
 
 
 @pytest.mark.parametrize("mutate, field", [
-    (lambda o: o.update(schema_version=2), "schema_version"),
+    (lambda o: o.update(schema_version=1), "schema_version"),
     (lambda o: o.pop("schema_version"), "schema_version"),
     (lambda o: o.update(record="ack"), "record"),
     (lambda o: o.pop("step"), "step"),
@@ -113,10 +126,14 @@ def _mutated(mutate) -> tuple[str, bytes]:
      "queries[0].rollouts[1].main_reward"),
     (lambda o: o["queries"][0]["rollouts"][1].update(main_reward=True),
      "queries[0].rollouts[1].main_reward"),
-    (lambda o: o["queries"][1]["rollouts"][0].update(num_sub_calls=-1),
-     "queries[1].rollouts[0].num_sub_calls"),
-    (lambda o: o["queries"][1]["rollouts"][0].update(num_sub_calls=1.5),
-     "queries[1].rollouts[0].num_sub_calls"),
+    (lambda o: o["queries"][1]["rollouts"][0].update(sub_calls=3),
+     "queries[1].rollouts[0].sub_calls"),
+    (lambda o: o["queries"][1]["rollouts"][0]["sub_calls"].__setitem__(4, "ab" * 31),
+     "queries[1].rollouts[0].sub_calls[4]"),
+    (lambda o: o["queries"][1]["rollouts"][0]["sub_calls"].__setitem__(0, "A" * 64),
+     "queries[1].rollouts[0].sub_calls[0]"),
+    (lambda o: o["queries"][1]["rollouts"][0]["sub_calls"].__setitem__(0, 7),
+     "queries[1].rollouts[0].sub_calls[0]"),
     (lambda o: o["queries"][1]["rollouts"][0].pop("policy_version"),
      "queries[1].rollouts[0].policy_version"),
     (lambda o: o["queries"][1]["rollouts"][0].update(bonus=0),
@@ -143,11 +160,11 @@ def test_decode_rejects_malformed_bytes(data: bytes, problem: str) -> None:
 def test_construction_validates_and_names_the_key() -> None:
   with pytest.raises(RecordError, match=r"'runs/r/step_00000000/outcomes'.*main_reward.*finite"):
     schema.MainOutcomes.from_arrays("r", 0, ["q"], correct=[[True]],
-                                    main_reward=[[np.nan]], num_sub_calls=[[1]],
+                                    main_reward=[[np.nan]], sub_calls=[[_digests(1, "x")]],
                                     policy_version=0)
-  with pytest.raises(RecordError, match=r"num_sub_calls.*shape \(1, 1\)"):
+  with pytest.raises(RecordError, match=r"sub_calls.*1 lists of 1 rollouts"):
     schema.MainOutcomes.from_arrays("r", 0, ["q"], correct=[[True]], main_reward=[[1.0]],
-                                    num_sub_calls=[[1, 2]], policy_version=0)
+                                    sub_calls=[[[], []]], policy_version=0)
 
 
 @pytest.mark.parametrize("mutate, field", [
