@@ -300,7 +300,8 @@ def smear_keys(k: jax.Array, key_valid: jax.Array, weight_logit: jax.Array,
 
 
 class Attention(nnx.Module):
-  """Multi-head attention: grouped kv heads, RoPE, optional q/k/v bias and smeared keys."""
+  """Multi-head attention: grouped kv heads, RoPE, optional q/k/v bias, per-head q/k
+  RMSNorm (Qwen3) and smeared keys."""
 
   def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
     c = config
@@ -313,6 +314,9 @@ class Attention(nnx.Module):
     self.v_proj = Dense(c.hidden_size, c.num_kv_heads * c.head_dim, axes=("embed", "kv"),
                         use_bias=c.qkv_bias, **kw)
     self.o_proj = Dense(c.num_heads * c.head_dim, c.hidden_size, axes=("heads", "embed"), **kw)
+    norm_kw = dict(eps=c.rms_norm_eps, dtype=c.dtype, param_dtype=c.param_dtype, rngs=rngs)
+    self.q_norm = RMSNorm(c.head_dim, **norm_kw) if c.qk_norm else None
+    self.k_norm = RMSNorm(c.head_dim, **norm_kw) if c.qk_norm else None
     self.key_smear = (nnx.Param(jnp.zeros((c.num_kv_heads,), c.param_dtype),
                                 out_sharding=(None,), eager_sharding=False)
                       if c.smeared_keys else None)
@@ -330,6 +334,8 @@ class Attention(nnx.Module):
     q = self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim)
     k = self.k_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim)
     v = self.v_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim)
+    if self.q_norm is not None:
+      q, k = self.q_norm(q), self.k_norm(k)
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     if slots is not None:
       k, v = slots.store(layer, k, v)

@@ -1,4 +1,4 @@
-"""Hugging Face style checkpoint folders: `config.json` + `*.safetensors` (Llama, Qwen2).
+"""Hugging Face style checkpoint folders: `config.json` + `*.safetensors` (Llama, Qwen2, Qwen3).
 
 A folder holds either one `model.safetensors` or several shards listed by
 `model.safetensors.index.json` (`{"weight_map": {tensor name: file name}}`). Tensors are
@@ -85,9 +85,10 @@ def load_hf_folder(folder: str | pathlib.Path, **overrides: Any) -> Transformer:
   return model_from_hf_tensors(config, read_hf_tensors(folder), str(folder))
 
 
-def save_hf_folder(model: Transformer, folder: str | pathlib.Path, model_type: str = "llama",
+def save_hf_folder(model: Transformer, folder: str | pathlib.Path, model_type: str | None = None,
                    max_shard_bytes: int | None = None) -> pathlib.Path:
-  """Writes `model` as config.json + float32 safetensors (sharded above `max_shard_bytes`)."""
+  """Writes `model` as config.json + float32 safetensors (sharded above `max_shard_bytes`);
+  `model_type` defaults to the architecture's (`hf_layout.hf_model_type`)."""
   folder = pathlib.Path(folder)
   folder.mkdir(parents=True, exist_ok=True)
   (folder / CONFIG_FILE).write_text(json.dumps(hf_config_dict(model.config, model_type),
