@@ -16,7 +16,12 @@ from mgrpo_jax.config.modes import MODES
 from mgrpo_jax.core.alignment import MODES as ALIGNMENT_MODES
 from mgrpo_jax.core.losses import AGGREGATIONS
 
-MODEL_PRESETS = ("tiny", "small", "smollm2_135m", "qwen2_5_0_5b", "qwen2_5_7b", "llama3_2_1b")
+# `mgrpo_jax.models.config.PRESETS`: shapes to train from scratch (tiny, small), and the
+# published shapes of the pretrained families (weights from a folder; the planner sizes them).
+MODEL_PRESETS = ("tiny", "small", "smollm2_135m", "smollm2_360m", "smollm2_1_7b",
+                 "qwen3_0_6b", "qwen3_1_7b", "qwen3_4b", "qwen3_8b", "qwen3_14b", "qwen3_32b",
+                 "qwen2_5_0_5b", "qwen2_5_1_5b", "qwen2_5_3b", "qwen2_5_7b", "qwen2_5_14b",
+                 "qwen2_5_32b", "llama3_2_1b", "llama3_2_3b", "llama3_1_8b")
 # Presets loaded with pretrained weights (the others start from a seeded init).
 PRETRAINED_PRESETS = ("smollm2_135m",)
 # The attention kernels a model may use (`mgrpo_jax.models.config.ATTENTION_IMPLEMENTATIONS`).

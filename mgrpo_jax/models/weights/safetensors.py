@@ -115,13 +115,32 @@ def save_hf_folder(model: Transformer, folder: str | pathlib.Path, model_type: s
   return folder
 
 
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+
+
+def folder_chat_template(folder: pathlib.Path) -> str | None:
+  """The chat template of a Hugging Face folder: `chat_template.jinja` (where recent
+  transformers versions save it), else `tokenizer_config.json`'s `chat_template`; None
+  without either."""
+  jinja = folder / CHAT_TEMPLATE_FILE
+  if jinja.is_file():
+    return jinja.read_text(encoding="utf-8")
+  tokenizer_config_path = folder / "tokenizer_config.json"
+  template = (_read_json(tokenizer_config_path).get("chat_template")
+              if tokenizer_config_path.is_file() else None)
+  if template is not None and not isinstance(template, str):
+    raise WeightFileError(f"{tokenizer_config_path}: chat_template must be a string (named "
+                          "templates are not supported)")
+  return template
+
+
 def load_folder_tokenizer(folder: str | pathlib.Path):
   """The tokenizer of a HF folder, as a `mgrpo_jax.text` tokenizer.
 
   A folder written by `GGUFTokenizer.save` (tokenizer.json + special_ids.json) loads
   as saved; otherwise `tokenizer.json` is wrapped with the special ids of
   `config.json` (`generation_config.json`'s `eos_token_id` wins; the first of a list)
-  and the chat template of `tokenizer_config.json`.
+  and the folder's chat template (`folder_chat_template`).
   """
   import tokenizers
 
@@ -142,11 +161,6 @@ def load_folder_tokenizer(folder: str | pathlib.Path):
   generation = _read_json(generation_path) if generation_path.is_file() else {}
   first = lambda v: v[0] if isinstance(v, list) else v  # noqa: E731
   eos = first(generation.get("eos_token_id", config.get("eos_token_id")))
-  tokenizer_config_path = folder / "tokenizer_config.json"
-  template = (_read_json(tokenizer_config_path).get("chat_template")
-              if tokenizer_config_path.is_file() else None)
-  if template is not None and not isinstance(template, str):
-    raise WeightFileError(f"{tokenizer_config_path}: chat_template must be a string (named "
-                          "templates are not supported)")
+  template = folder_chat_template(folder)
   return GGUFTokenizer(backend, bos_id=first(config.get("bos_token_id")), eos_id=eos,
                        pad_id=first(config.get("pad_token_id")), chat_template=template)
