@@ -24,6 +24,8 @@ MODEL_PRESETS = ("tiny", "small", "smollm2_135m", "smollm2_360m", "smollm2_1_7b"
                  "qwen2_5_32b", "llama3_2_1b", "llama3_2_3b", "llama3_1_8b")
 # Presets loaded with pretrained weights (the others start from a seeded init).
 PRETRAINED_PRESETS = ("smollm2_135m",)
+# The projections a LoRA adapter may target (`mgrpo_jax.models.config.LORA_TARGETS`).
+LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
 # The attention kernels a model may use (`mgrpo_jax.models.config.ATTENTION_IMPLEMENTATIONS`).
 ATTENTION_IMPLEMENTATIONS = ("auto", "xla", "cudnn", "splash")
 
@@ -108,6 +110,20 @@ def _agent_spec(role: str, preset: str) -> dict[str, Any]:
                          "the block is recomputed), dots (its weight matmuls' outputs; the "
                          "attention scores and elementwise work are recomputed).",
                          choices=("none", "full", "dots")),
+      },
+      "lora": {
+          "rank": Field(0, f"Rank r of {role}'s LoRA adapters (`models/lora.py`): only "
+                        "the adapters train, and the optimizer state and checkpoints hold "
+                        "only them; the base weights stay frozen (0 = full fine-tuning).",
+                        low=0),
+          "alpha": Field(32.0, "The adapters' output is scaled by alpha / rank.", low=1e-6),
+          "targets": Field("q,k,v,o,gate,up,down", "Comma-separated projections that carry "
+                           "an adapter, among q, k, v, o, gate, up, down.",
+                           allow_empty=False),
+          "base_dtype": Field("float32", "Storage dtype of the frozen base weights under "
+                              "LoRA (bfloat16 halves their memory; the adapters and their "
+                              "optimizer state stay float32).",
+                              choices=("float32", "bfloat16")),
       },
       "sampling": {
           "temperature": Field(1.0, "Sampling temperature (0 = greedy).", low=0.0, high=10.0),

@@ -53,6 +53,56 @@ class RopeScaling:
   original_max_position_embeddings: int
 
 
+# LoRA targets: the projection each name adapts (`LoraConfig.targets`).
+LORA_TARGETS = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj",
+                "gate": "gate_proj", "up": "up_proj", "down": "down_proj"}
+
+
+@dataclasses.dataclass(frozen=True)
+class LoraConfig:
+  """Low-rank adapters on some projections (Hu et al. 2021; `models/lora.py`).
+
+  A targeted projection y = x W becomes y = x W + (alpha / rank) (x A) B, with A [in,
+  rank] and B [rank, out] the adapter (float32, trained) and W the frozen base.
+
+  Attributes:
+    rank: r, the adapters' inner width (> 0).
+    alpha: the adapters' output is scaled by alpha / rank.
+    targets: names among `LORA_TARGETS` (q, k, v, o, gate, up, down).
+  """
+
+  rank: int
+  alpha: float
+  targets: tuple[str, ...] = tuple(LORA_TARGETS)
+
+  def __post_init__(self):
+    if self.rank <= 0:
+      raise ValueError(f"lora.rank must be positive, got {self.rank}")
+    if self.alpha <= 0:
+      raise ValueError(f"lora.alpha must be positive, got {self.alpha}")
+    unknown = sorted(set(self.targets) - set(LORA_TARGETS))
+    if unknown or not self.targets:
+      raise ValueError(f"lora.targets must be a non-empty subset of {list(LORA_TARGETS)}, "
+                       f"got {list(self.targets)}")
+
+  @property
+  def scale(self) -> float:
+    return self.alpha / self.rank
+
+  @classmethod
+  def from_config(cls, lora: Any) -> LoraConfig | None:
+    """From an agent's `lora` section (rank, alpha, comma-separated targets); None for
+    rank 0 (full fine-tuning)."""
+    if int(lora["rank"]) == 0:
+      return None
+    return cls(rank=int(lora["rank"]), alpha=float(lora["alpha"]),
+               targets=tuple(t.strip() for t in str(lora["targets"]).split(",")))
+
+  def adapts(self, projection: str) -> bool:
+    """Whether the projection named `projection` (e.g. "q_proj") carries an adapter."""
+    return any(LORA_TARGETS[t] == projection for t in self.targets)
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
   """Shapes and numerics of a Llama-family decoder.
@@ -88,8 +138,10 @@ class ModelConfig:
       (splash on a TPU, cuDNN on a GPU, each where its shape and dtype rules allow; XLA
       elsewhere; see `layers.attention_implementation`). Numerics are the same up to
       rounding.
+    lora: low-rank adapters on the projections `lora.targets` (None: none); the
+      adapters are `nnx.LoRAParam`s in float32, the rest of the model their frozen base.
     dtype: activation / matmul dtype.
-    param_dtype: storage dtype of the parameters.
+    param_dtype: storage dtype of the parameters (with `lora`: of the base).
     sharding_rules: logical axis name -> mesh axis (or None: replicated).
   """
 
@@ -110,6 +162,7 @@ class ModelConfig:
   scan_layers: bool = False
   smeared_keys: bool = False
   attention: str = "auto"
+  lora: LoraConfig | None = None
   dtype: Any = jnp.float32
   param_dtype: Any = jnp.float32
   sharding_rules: LogicalRules = DEFAULT_RULES

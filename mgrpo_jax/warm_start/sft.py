@@ -29,7 +29,7 @@ from flax import nnx
 from mgrpo_jax.models.logprobs import token_logprobs
 from mgrpo_jax.training.batching import DEFAULT_LENGTH_BUCKETS, TokenSequence, pack_sequences
 from mgrpo_jax.training.checkpoint import save_params
-from mgrpo_jax.training.train_state import StateLayout, TrainState
+from mgrpo_jax.training.train_state import StateLayout, TrainState, merge_model
 from mgrpo_jax.training.update import LossConfig, UpdateConfig, make_update_fn
 
 
@@ -108,9 +108,9 @@ def sft_batches(sequences: Sequence[TokenSequence], config: SFTConfig, epoch: in
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _nll_sums(graphdef: nnx.GraphDef, params: nnx.State, ids: jax.Array, mask: jax.Array
-              ) -> tuple[jax.Array, jax.Array]:
-  logp = token_logprobs(nnx.merge(graphdef, params), ids)
+def _nll_sums(graphdef: nnx.GraphDef, params: nnx.State, frozen: nnx.State | None,
+              ids: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+  logp = token_logprobs(merge_model(graphdef, params, frozen), ids)
   return -jnp.sum(logp * mask), jnp.sum(mask)
 
 
@@ -128,7 +128,7 @@ def demonstration_nll(state: TrainState, layout: StateLayout,
   sequences = nll_subset(sequences, config.nll_sequences)
   total, tokens = 0.0, 0.0
   for batch in sft_batches(sequences, config, epoch=0):
-    nll, count = _nll_sums(layout.graphdef, state.params, batch.ids,
+    nll, count = _nll_sums(layout.graphdef, state.params, layout.frozen, batch.ids,
                            batch.loss_mask * batch.weights[:, None])
     total, tokens = total + float(nll), tokens + float(count)
   if tokens == 0:

@@ -34,7 +34,8 @@ def export_hf_folder(model: Transformer, tokenizer: Any, folder: str | os.PathLi
   """Writes `model` and `tokenizer` as the folder of the module docstring; returns it.
 
   Args:
-    model: the model; float32 weights are written whatever its `param_dtype`.
+    model: the model; float32 weights are written whatever its `param_dtype`, LoRA
+      adapters merged into their base weights.
     tokenizer: the model's `SentencePieceTokenizer` or `GGUFTokenizer` (its vocabulary
       size must be the model's).
     folder: the output folder (created; files of the same names are replaced).

@@ -18,12 +18,12 @@ from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
 from mgrpo_jax.models.config import ModelConfig
+from mgrpo_jax.models.lora import merged_hf_tensors
 from mgrpo_jax.models.transformer import Transformer
 from mgrpo_jax.models.weights.hf_layout import (
     WeightFileError,
     config_from_hf_dict,
     hf_config_dict,
-    hf_tensors_from_model,
     model_from_hf_tensors,
 )
 
@@ -88,12 +88,13 @@ def load_hf_folder(folder: str | pathlib.Path, **overrides: Any) -> Transformer:
 def save_hf_folder(model: Transformer, folder: str | pathlib.Path, model_type: str | None = None,
                    max_shard_bytes: int | None = None) -> pathlib.Path:
   """Writes `model` as config.json + float32 safetensors (sharded above `max_shard_bytes`);
-  `model_type` defaults to the architecture's (`hf_layout.hf_model_type`)."""
+  `model_type` defaults to the architecture's (`hf_layout.hf_model_type`). A model with
+  LoRA adapters is written merged (`lora.merged_hf_tensors`)."""
   folder = pathlib.Path(folder)
   folder.mkdir(parents=True, exist_ok=True)
   (folder / CONFIG_FILE).write_text(json.dumps(hf_config_dict(model.config, model_type),
                                                indent=2))
-  tensors = hf_tensors_from_model(model)
+  tensors = merged_hf_tensors(model)
   shards: list[dict[str, np.ndarray]] = [{}]
   size = 0
   for name, array in tensors.items():
