@@ -103,7 +103,10 @@ def merged_hf_tensors(model: Transformer) -> dict[str, np.ndarray]:
     return tensors
   scale = model.config.lora.scale
   for module, (a, b) in adapter_arrays(model).items():
-    tensors[f"{module}.weight"] = tensors[f"{module}.weight"] + scale * (a @ b).T
+    # C order: numpy would lay the sum out like the transposed product, and safetensors
+    # writes an array's memory as it lies.
+    tensors[f"{module}.weight"] = np.ascontiguousarray(
+        tensors[f"{module}.weight"] + scale * (a @ b).T)
   return tensors
 
 

@@ -8,11 +8,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from mgrpo_jax.models import get_config, init_model
+from mgrpo_jax.models import get_config, init_model, load_model
 from mgrpo_jax.models.config import LoraConfig
 from mgrpo_jax.models.lora import FROZEN, adapter_arrays, base_model, merge_lora, with_lora
 from mgrpo_jax.models.weights.hf_layout import hf_tensors_from_model
 from mgrpo_jax.models.weights.peft_adapter import peft_adapter_tensors
+from mgrpo_jax.models.weights.safetensors import save_hf_folder
 from tests.unit.test_models_weights import numpy_llama_logits
 
 IDS = np.array([[3, 17, 250, 9, 44, 0, 128]], np.int32)
@@ -47,6 +48,18 @@ def test_adapted_model_computes_base_plus_low_rank_product(scan):
   np.testing.assert_allclose(forward(merge_lora(adapted), IDS)[0], want, atol=1e-4, rtol=0)
   assert np.abs(want - numpy_llama_logits(base.config, hf_tensors_from_model(base),
                                           IDS[0])).max() > 0.1
+
+
+def test_a_saved_adapted_model_is_its_merged_folder(tmp_path):
+  """`save_hf_folder` writes the merged weights (in C order: safetensors writes memory as
+  it lies, and numpy lays out a sum of SmolLM2-wide matrices like its transposed
+  operand) as a plain folder, which loads without adapters and computes the same."""
+  wide = get_config("tiny", hidden_size=576, num_heads=9, num_kv_heads=3, head_dim=64,
+                    intermediate_size=1536, num_layers=1)
+  adapted = perturbed(with_lora(init_model(wide, seed=0), LORA, seed=1), 5)
+  reloaded = load_model(save_hf_folder(adapted, tmp_path / "merged"))
+  assert reloaded.config.lora is None
+  np.testing.assert_allclose(forward(reloaded, IDS), forward(adapted, IDS), atol=1e-5, rtol=0)
 
 
 def test_the_base_is_shared_and_only_adapters_are_lora_params():
