@@ -103,10 +103,12 @@ def run_torch_peer(folder: str, batch_file: str, repeats: int) -> dict:
           "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
 
 
-def side_results(python: pathlib.Path, side_args: list[str], out_file: pathlib.Path) -> dict:
-  """Runs this script as one side (`--side ...`) in a subprocess of `python`."""
+def side_results(python: pathlib.Path, side_args: list[str], out_file: pathlib.Path,
+                 script: str = __file__) -> dict:
+  """Runs `script` (this one by default) as one side (`--side ...`) in a subprocess of
+  `python`; returns the JSON it wrote to `out_file`."""
   env = dict(os.environ, HF_HUB_DISABLE_PROGRESS_BARS="1", TRANSFORMERS_VERBOSITY="error")
-  subprocess.run([str(python), __file__, *side_args, "--out", str(out_file)], check=True,
+  subprocess.run([str(python), script, *side_args, "--out", str(out_file)], check=True,
                  env=env)
   return json.loads(out_file.read_text())
 

@@ -197,10 +197,11 @@ SPEC: dict[str, Any] = {
         "num_steps": Field(10, "RL steps to run.", low=1),
         "run_id": Field("run", "Names the run in the store and checkpoints.", allow_empty=False),
         "compilation_cache_dir": Field(
-            "jax_cache", "Persistent XLA compilation cache of the run: a folder relative to "
-            "the run's local folder, absolute, or gs://... (empty: JAX's own setting, e.g. "
-            "JAX_COMPILATION_CACHE_DIR). A program one process of the run compiled is loaded "
-            "by the later ones (`training/compilation_cache.py`)."),
+            "../jax_cache", "Persistent XLA compilation cache: a folder relative to the "
+            "run's local folder (the default lies beside it, so the runs of one parent "
+            "folder share it), absolute, or gs://... (empty: JAX's own setting, e.g. "
+            "JAX_COMPILATION_CACHE_DIR). A program one process compiled is loaded by the "
+            "later ones, of this run and of the next command (`training/compilation_cache.py`)."),
     },
     "world": {
         "size": Field("tiny", "Size of the generated world (the symbolic rendering has tiny "
