@@ -27,9 +27,9 @@ import resource
 import statistics
 import sys
 import tempfile
-import time
 
 import numpy as np
+from bench_timing import timed_updates
 from train_step import REPO_ROOT, make_batch, side_results
 
 
@@ -66,16 +66,7 @@ def run_side(rank: int, targets: str, base_dtype: str, batch_file: str, repeats:
   n = batch["ids"].shape[0]
   update = make_update_fn(layout, UpdateConfig(), n)
   train_batch = TrainBatch(weights=np.ones(n, np.float32), **batch)
-  start = time.perf_counter()
-  state, metrics = update(state, train_batch)
-  jax.block_until_ready(state)
-  first_s = time.perf_counter() - start
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    state, _ = update(state, train_batch)
-    jax.block_until_ready(state)
-    times.append(time.perf_counter() - start)
+  state, first_s, times, metrics = timed_updates(update, state, train_batch, repeats)
   peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
   with AgentCheckpointer(checkpoint_dir, layout) as checkpointer:
     checkpointer.save(state, force=True)

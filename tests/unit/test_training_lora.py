@@ -22,7 +22,6 @@ from mgrpo_jax.training import (
   AgentCheckpointer,
   MeshConfig,
   OptimizerConfig,
-  TrainBatch,
   UpdateConfig,
   agent_setup,
   create_mesh,
@@ -32,20 +31,10 @@ from mgrpo_jax.training import (
 )
 from mgrpo_jax.training.update import _gradients
 from tests.support import plumbing_config
+from tests.unit.test_training_checkpoint import N, _batch
 
-N, T = 8, 16
 OPTIM = OptimizerConfig(learning_rate=1e-2, warmup_steps=0)
 LORA = LoraConfig(rank=4, alpha=8.0, targets=("q", "o", "up", "down"))
-
-
-def _batch(seed: int) -> TrainBatch:
-  rng = np.random.default_rng(seed)
-  mask = (rng.random((N, T)) < 0.6).astype(np.float32)
-  mask[:, 0] = 0.0
-  return TrainBatch(
-      ids=rng.integers(0, 256, (N, T)).astype(np.int32), loss_mask=mask,
-      old_logp=(-5.5 + 0.3 * rng.standard_normal((N, T))).astype(np.float32),
-      advantages=rng.standard_normal(N).astype(np.float32), weights=np.ones(N, np.float32))
 
 
 def _adapted(seed: int = 0):
