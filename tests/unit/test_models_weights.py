@@ -18,7 +18,11 @@ from safetensors.numpy import save_file
 from mgrpo_jax.models import WeightFileError, get_config, init_model, load_model
 from mgrpo_jax.models.weights.gguf import load_gguf
 from mgrpo_jax.models.weights.hf_layout import hf_tensors_from_model
-from mgrpo_jax.models.weights.safetensors import load_hf_folder, save_hf_folder
+from mgrpo_jax.models.weights.safetensors import (
+  folder_chat_template,
+  load_hf_folder,
+  save_hf_folder,
+)
 
 forward = nnx.jit(lambda model, ids: model(ids))
 IDS = np.array([[3, 17, 250, 9, 44, 0, 128]], np.int32)
@@ -324,3 +328,16 @@ def test_folder_errors_name_the_tensor_or_file(tmp_path, tiny_config, tiny_tenso
   (folder / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
   with pytest.raises(WeightFileError, match="model_type 'gpt2' is not supported"):
     load_hf_folder(folder)
+
+
+def test_a_folders_chat_template_file_wins_over_its_tokenizer_config(tmp_path):
+  """transformers saves the template as chat_template.jinja (read first), older folders
+  in tokenizer_config.json; a named-template list is refused naming the file."""
+  (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": "old"}))
+  assert folder_chat_template(tmp_path) == "old"
+  (tmp_path / "chat_template.jinja").write_text("{{ messages[0]['content'] }}")
+  assert folder_chat_template(tmp_path) == "{{ messages[0]['content'] }}"
+  (tmp_path / "chat_template.jinja").unlink()
+  (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": [{}]}))
+  with pytest.raises(WeightFileError, match="tokenizer_config.json: chat_template must be"):
+    folder_chat_template(tmp_path)
