@@ -32,13 +32,16 @@ Presets (`--config=configs/pretrained_demo.py:<preset>`):
                     over a bfloat16 base, at ten times the learning rates.
   cpu_lora          2 CPU cores in about an hour (not measured yet): B = 4, K = 4, D = 2,
                     20 RL steps, rank-16 adapters over a float32 base, float32
-                    activations, 400 demonstrated questions, one epoch, shorter turns
-                    and contexts, 40 held-out questions (one sampled and one greedy
-                    rollout each).
+                    activations, every block recomputed in the backward pass (remat
+                    full) and RL updates 4 rows at a time, 400 demonstrated questions,
+                    one epoch, shorter turns and contexts, 40 held-out questions (one
+                    sampled and one greedy rollout each).
   cpu               the same, fully fine-tuned.
   smoke             a few minutes on 2 CPU cores: `cpu_lora` with 40 demonstrated
                     questions, 8 held-out questions and 2 RL steps (one of warm-up); it
                     checks that the stages run, not that they learn.
+On a TPU the accelerator presets' attention is XLA's (SmolLM2's heads are 64 wide,
+splash attention's 128): add `--config.main.model.remat=full --config.sub.model.remat=full`.
 The GPU/TPU and CPU presets pad training rows to doublings from 256 tokens
 (`limits.shortest_train_length`): each length compiles one update program, and the
 programs are kept beside the workdir (`experiment.compilation_cache_dir`), where a
@@ -129,7 +132,11 @@ CPU = {
     "sub.sampling.max_new_tokens": 64,
     "sub.limits.max_context": 1024,
     **{f"{agent}.model.dtype": "float32" for agent in AGENTS},
-    **{f"{agent}.optim.micro_batch_size": 0 for agent in AGENTS},
+    # XLA attention keeps every layer's [rows, heads, T, T] scores for the backward pass:
+    # 16 warm-start rows of 1,024 tokens would need about 27 GB; with each block
+    # recomputed, 3 layers' worth (RL: 4 rows per pass).
+    **{f"{agent}.model.remat": "full" for agent in AGENTS},
+    **{f"{agent}.optim.micro_batch_size": 4 for agent in AGENTS},
 }
 
 PRESETS = {

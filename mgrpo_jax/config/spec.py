@@ -106,7 +106,7 @@ def _agent_spec(role: str, preset: str) -> dict[str, Any]:
                                  "exist at a time, in the forward and (recomputed) backward "
                                  "pass (0 = the full logits at once).", low=0),
           "remat": Field("none", "What each decoder block keeps for the trainer's backward "
-                         "pass: none (everything autodiff needs), full (only its input; "
+                         "pass (RL's and the warm start's): none (everything autodiff needs), full (only its input; "
                          "the block is recomputed), dots (its weight matmuls' outputs; the "
                          "attention scores and elementwise work are recomputed).",
                          choices=("none", "full", "dots")),

@@ -43,6 +43,8 @@ class SFTConfig:
     buckets: allowed T values of a batch (the smallest bucket >= its longest row).
     seed: seeds the shuffle of each epoch.
     micro_batch_size: rows per micro-batch of the update (0: whole batch).
+    remat: what each decoder block keeps for the backward pass (`UpdateConfig.remat`;
+      the values are the same whichever it is).
     length_groups: batches per length-sorted window (`sft_batches`; 1: plain shuffle).
     nll_every_epoch: measure the demonstrations' NLL after every epoch (one forward
       pass over them each), else only before and after.
@@ -56,6 +58,7 @@ class SFTConfig:
   buckets: tuple[int, ...] = DEFAULT_LENGTH_BUCKETS
   seed: int = 0
   micro_batch_size: int = 0
+  remat: str = "none"
   length_groups: int = 1
   nll_every_epoch: bool = True
   nll_sequences: int = 0
@@ -69,10 +72,10 @@ class SFTConfig:
       raise ValueError(f"SFTConfig.nll_sequences must be >= 0, got {self.nll_sequences}")
 
 
-def sft_update_config(micro_batch_size: int = 0) -> UpdateConfig:
+def sft_update_config(micro_batch_size: int = 0, remat: str = "none") -> UpdateConfig:
   """The policy-update options under which one update is one NLL step (module docstring)."""
   return UpdateConfig(loss=LossConfig(aggregation="token_mean"),
-                      micro_batch_size=micro_batch_size, old_logp="recompute")
+                      micro_batch_size=micro_batch_size, old_logp="recompute", remat=remat)
 
 
 def sft_steps(num_sequences: int, config: SFTConfig) -> int:
@@ -159,7 +162,7 @@ def sft(state: TrainState, layout: StateLayout, sequences: Sequence[TokenSequenc
   """
   if not sequences:
     raise ValueError("sft got no demonstrations")
-  update_config = sft_update_config(config.micro_batch_size)
+  update_config = sft_update_config(config.micro_batch_size, config.remat)
   update = make_update_fn(layout, update_config, config.batch_rows)
   nll = [demonstration_nll(state, layout, sequences, config)]
   steps, total = 0, sft_steps(len(sequences), config)

@@ -41,7 +41,11 @@ def test_presets_validate_and_hold_the_recipe(module, preset):
     assert (section.lora.rank > 0) == preset.endswith("lora") or preset == "smoke"
   assert config.sub.optim.learning_rate == pytest.approx(3 * config.main.optim.learning_rate)
   if preset.startswith("cpu") or preset == "smoke":
+    # XLA attention on a CPU: every block recomputed, RL 4 rows per pass, so that a
+    # SmolLM2 update of 1,024-token rows fits next to the other agent's process.
     assert config.main.model.dtype == "float32"
+    for agent in AGENTS:
+      assert config[agent].model.remat == "full" and config[agent].optim.micro_batch_size == 4
 
 
 def test_a_preset_is_required(module):
