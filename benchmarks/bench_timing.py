@@ -16,3 +16,23 @@ def median_seconds(fn: Callable[[], object], repeats: int) -> float:
     fn()
     times.append(time.perf_counter() - start)
   return statistics.median(times)
+
+
+def timed_updates(update: Callable, state, batch, repeats: int):
+  """`update(state, batch) -> (state, metrics)` once (compiling it), then `repeats` times,
+  each step waited for. Returns (state, the first step's seconds, the timed steps'
+  seconds, the first step's metrics as floats)."""
+  import jax
+
+  start = time.perf_counter()
+  state, metrics = update(state, batch)
+  jax.block_until_ready(state)
+  first_s = time.perf_counter() - start
+  first = {name: float(value) for name, value in metrics.items()}
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    state, _ = update(state, batch)
+    jax.block_until_ready(state)
+    times.append(time.perf_counter() - start)
+  return state, first_s, times, first

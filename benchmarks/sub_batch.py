@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import jax
 import numpy as np
+from bench_timing import timed_updates
 
 from mgrpo_jax.core.alignment import align_indices
 from mgrpo_jax.models import get_config, init_model
@@ -89,17 +89,7 @@ def time_update(batch, repeats: int) -> dict[str, float]:
   state, layout = create_train_state(model, make_optimizer(OptimizerConfig(
       learning_rate=3e-3, weight_decay=0.0)), mesh, seed=0)
   update = make_update_fn(layout, UpdateConfig(), batch.ids.shape[0])
-  start = time.perf_counter()
-  state, metrics = update(state, batch)
-  jax.block_until_ready(state)
-  first_s = time.perf_counter() - start
-  first = {k: float(v) for k, v in metrics.items()}
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    state, _ = update(state, batch)
-    jax.block_until_ready(state)
-    times.append(time.perf_counter() - start)
+  _, first_s, times, first = timed_updates(update, state, batch, repeats)
   return {"step_s": statistics.median(times), "first_s": first_s, "loss": first["loss"],
           "grad_norm": first["grad_norm"], "num_tokens": first["num_tokens"]}
 

@@ -38,6 +38,7 @@ import tempfile
 import time
 
 import numpy as np
+from bench_timing import timed_updates
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 LEARNING_RATE, WEIGHT_DECAY, BETAS, GRAD_CLIP = 1e-5, 0.1, (0.9, 0.98), 1.0
@@ -103,10 +104,12 @@ def run_torch_peer(folder: str, batch_file: str, repeats: int) -> dict:
           "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
 
 
-def side_results(python: pathlib.Path, side_args: list[str], out_file: pathlib.Path) -> dict:
-  """Runs this script as one side (`--side ...`) in a subprocess of `python`."""
+def side_results(python: pathlib.Path, side_args: list[str], out_file: pathlib.Path,
+                 script: str = __file__) -> dict:
+  """Runs `script` (this one by default) as one side (`--side ...`) in a subprocess of
+  `python`; returns the JSON it wrote to `out_file`."""
   env = dict(os.environ, HF_HUB_DISABLE_PROGRESS_BARS="1", TRANSFORMERS_VERBOSITY="error")
-  subprocess.run([str(python), __file__, *side_args, "--out", str(out_file)], check=True,
+  subprocess.run([str(python), script, *side_args, "--out", str(out_file)], check=True,
                  env=env)
   return json.loads(out_file.read_text())
 
@@ -159,18 +162,9 @@ def run_jax(name: str, batch_file: str, repeats: int, logprob_chunk: int | None,
   update_config = UpdateConfig(remat=remat, **chunk)
   update = make_update_fn(layout, update_config, n)
   train_batch = TrainBatch(weights=np.ones(n, np.float32), **batch)
-  start = time.perf_counter()
-  state, metrics = update(state, train_batch)
-  jax.block_until_ready(state)
-  first_s = time.perf_counter() - start
-  first = {k: float(v) for k, v in metrics.items()}
-  times = []
+  state, first_s, _, first = timed_updates(update, state, train_batch, 0)  # compiles
   with CompileCounter() as counter:
-    for _ in range(repeats):
-      start = time.perf_counter()
-      state, metrics = update(state, train_batch)
-      jax.block_until_ready(state)
-      times.append(time.perf_counter() - start)
+    state, _, times, _ = timed_updates(update, state, train_batch, repeats)
   return {"first_s": first_s, "times": times, "loss": first["loss"],
           "grad_norm": first["grad_norm"], "recompiles": counter.count,
           "logprob_chunk": update_config.logprob_chunk,

@@ -2,6 +2,8 @@ r"""Exports one agent of a run as a Hugging Face folder (transformers, vLLM, SGL
 
   python launch/export_hf.py --workdir=runs/local_demo --agent=main --out=exports/main
   python launch/export_hf.py --workdir=runs/my_run --agent=sub --out=exports/sub --step=20
+  python launch/export_hf.py --workdir=runs/lora_run --agent=main --out=exports/main \
+      --adapter_out=exports/main_adapter
 
 Writes config.json, model.safetensors (float32), generation_config.json, tokenizer.json
 and tokenizer_config.json (with the chat template the agent was prompted with) of the
@@ -15,6 +17,12 @@ A model with smeared keys (`<agent>.model.smeared_keys`) is the `mgrpo_llama` ty
 whose modeling file ships in the folder:
 
   AutoModelForCausalLM.from_pretrained("exports/main", trust_remote_code=True)
+
+An agent trained with LoRA adapters (`<agent>.lora.rank` > 0) is written merged; with
+--adapter_out its adapters are also written as a PEFT adapter folder, loaded onto its
+base (the agent's Hugging Face folder, or `<adapter_out>/base` written for a GGUF base):
+
+  PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), "exports/main_adapter")
 
 The run's config is `<workdir>/launch/config.py` (written by --slice=all) unless
 --config names one (the config the run was started with, same overrides). A bad flag,
@@ -38,6 +46,8 @@ from mgrpo_jax.utils import cli
 _WORKDIR = flags.DEFINE_string("workdir", None, "The run's folder (--workdir of tpu_run.py).")
 _AGENT = flags.DEFINE_enum("agent", "main", ["main", "sub"], "Which agent to export.")
 _OUT = flags.DEFINE_string("out", None, "Output folder (created; files in it are replaced).")
+_ADAPTER_OUT = flags.DEFINE_string("adapter_out", None, "Also write the agent's LoRA adapters "
+                                   "as a PEFT adapter folder here.")
 _STEP = flags.DEFINE_integer("step", None, "Export the newest RL checkpoint at or before this "
                              "step (default: the newest).", lower_bound=0)
 _CONFIG = config_flags.DEFINE_config_file(
@@ -86,13 +96,16 @@ def main(argv: list[str]) -> None:
   from mgrpo_jax.training.export import export_agent
 
   try:
-    exported = export_agent(config, _WORKDIR.value, _AGENT.value, _OUT.value, step=_STEP.value)
+    exported = export_agent(config, _WORKDIR.value, _AGENT.value, _OUT.value, step=_STEP.value,
+                            adapter_out=_ADAPTER_OUT.value)
   except (FileNotFoundError, ValueError) as e:
     _fail(str(e))
   origin = exported.source + ("" if exported.step is None else f" (step {exported.step})")
   files = ", ".join(sorted(p.name for p in exported.folder.iterdir()))
   sys.stdout.write(f"exported {_AGENT.value} from {origin} to {os.fspath(exported.folder)}: "
                    f"{files}\n")
+  if exported.adapter is not None:
+    sys.stdout.write(f"PEFT adapter in {os.fspath(exported.adapter)}\n")
 
 
 if __name__ == "__main__":

@@ -12,8 +12,8 @@ start alone, e.g. on its own slice before the RL run:
 
 The launcher first re-executes itself once with glibc's huge-page malloc tunable
 (mgrpo_jax/utils/host_memory.py), and every process of a run keeps its compiled programs
-in <workdir>/jax_cache (experiment.compilation_cache_dir; mgrpo_jax/training/
-compilation_cache.py).
+in jax_cache beside the workdir (<workdir>/../jax_cache, experiment.compilation_cache_dir;
+mgrpo_jax/training/compilation_cache.py), where the next command finds them.
 
 Multi-host slices: every host of a slice runs the same command with
 --coordinator_address=auto (TPU pod slices: the hosts are found from the environment) or

@@ -1,7 +1,8 @@
 """The world's scripted oracles as a `Policy`, and the mapping between the two action types.
 
 `OraclePolicy` asks a step-wise oracle (`tasks.oracle`: `next_action(task, history)`)
-for each request's next action, renders it as protocol text (`render_oracle_action`),
+for each request's next action, renders it as protocol text in its tokenizer's dialect
+(`render_oracle_action`, `protocol.dialect_for`: Qwen3's `<think>` for Qwen3),
 tokenizes it and appends the EOS id, as a model that ends its turn would; log-probs
 are 0. An action longer than `max_new_tokens` is cut and reported as "length", like a
 sampler. `to_oracle_action` turns a parsed protocol action back into the oracle's
@@ -31,16 +32,18 @@ def oracle_thoughts(tool_names: Sequence[str]) -> tuple[str, ...]:
   return (*_THOUGHTS.values(), *(_CALL_THOUGHT.format(name=name) for name in tool_names))
 
 
-def render_oracle_action(action: Action) -> str:
-  """Protocol text of an oracle action (delegations carry no context); its thinking is
-  `action.thought`, or the fixed phrase of its kind."""
+def render_oracle_action(action: Action, dialect: protocol.Dialect = protocol.PROTOCOL) -> str:
+  """Protocol text of an oracle action (delegations carry no context), in `dialect`; its
+  thinking is `action.thought`, or the fixed phrase of its kind."""
   if action.kind == "tool":
     return protocol.render_tool_call(
-        action.name, action.args, action.thought or _CALL_THOUGHT.format(name=action.name))
+        action.name, action.args, action.thought or _CALL_THOUGHT.format(name=action.name),
+        dialect)
   if action.kind == "delegate":
     return protocol.render_tool_call(specs.DELEGATE, {"subtask": action.text},
-                                     action.thought or _THOUGHTS["delegate"])
-  return protocol.render_result(action.text, action.thought or _THOUGHTS.get(action.kind, ""))
+                                     action.thought or _THOUGHTS["delegate"], dialect)
+  return protocol.render_result(action.text, action.thought or _THOUGHTS.get(action.kind, ""),
+                                dialect)
 
 
 def to_oracle_action(action: protocol.ParsedAction, role: str) -> Action:
@@ -61,6 +64,7 @@ class OraclePolicy:
     self.tokenizer = tokenizer
     self.version = version
     self._eos = [] if tokenizer.eos_id is None else [tokenizer.eos_id]
+    self._dialect = protocol.dialect_for(tokenizer)
 
   def generate(self, requests: Sequence[TurnRequest], max_new_tokens: int,
                key: jax.Array) -> list[TurnOutput]:
@@ -68,7 +72,7 @@ class OraclePolicy:
     outputs = []
     for request in requests:
       action = self.oracle.next_action(request.task, list(request.history))
-      ids = self.tokenizer.encode(render_oracle_action(action)) + self._eos
+      ids = self.tokenizer.encode(render_oracle_action(action, self._dialect)) + self._eos
       reason = "eos"
       if len(ids) > max_new_tokens:
         ids, reason = ids[:max_new_tokens], "length"

@@ -12,6 +12,13 @@ unterminated tag is an error. `parse_turn` returns a `ParsedAction` or a `ParseE
 with a machine-readable `code`; it never raises, whatever the text. Agent-level
 checks (which tools an agent has, their argument schemas, argument sizes) are in
 `specs.check_action`.
+
+Qwen3's conventions are the protocol's too: its thinking block `<think>...</think>`
+stands for `<thinking>...</thinking>`, and its tool calls are the protocol's
+(`<tool_call>` JSON `{"name", "arguments"}`, whitespace around the JSON allowed). A
+`Dialect` says how a family writes a turn: `dialect_for(tokenizer)` is `QWEN3` for a
+vocabulary with `<think>` as one token (Qwen3's), whose turns the scripted agents then
+write as Qwen3 does (`<think>\n...\n</think>\n\n<tool_call>\n{...}\n</tool_call>`).
 """
 
 from __future__ import annotations
@@ -23,11 +30,13 @@ from collections.abc import Mapping
 from typing import Any
 
 THINK_OPEN, THINK_CLOSE = "<thinking>", "</thinking>"
+QWEN3_THINK_OPEN, QWEN3_THINK_CLOSE = "<think>", "</think>"
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 RESPONSE_OPEN, RESPONSE_CLOSE = "<tool_response>", "</tool_response>"
 RESULT_OPEN, RESULT_CLOSE = "<result>", "</result>"
 END_OF_TURN = "<|im_end|>"
-_TAG = re.compile(r"(</?(?:thinking|tool_call|tool_response|result)>)")
+_TAG = re.compile(r"(</?(?:thinking|think|tool_call|tool_response|result)>)")
+_THINKING_BLOCKS = ("thinking", "think")
 _SPECIAL = re.compile(r"<\|im_(?:start|end)\|>")
 TOOL_CALL = "tool_call"
 RESULT = "result"
@@ -128,8 +137,9 @@ def parse_turn(text: Any) -> ParsedAction | ParseError:
   if isinstance(blocks, ParseError):
     return blocks
   names = [name for name, _ in blocks]
-  if not names or names[0] != "thinking":
-    return _error(MISSING_THINKING, "a turn starts with <thinking>...</thinking>")
+  if not names or names[0] not in _THINKING_BLOCKS:
+    return _error(MISSING_THINKING, "a turn starts with <thinking>...</thinking> (or "
+                  "<think>...</think>)")
   if len(names) == 1:
     return _error(MISSING_ACTION, "no <tool_call> or <result> after </thinking>")
   if len(names) > 2:
@@ -142,16 +152,48 @@ def parse_turn(text: Any) -> ParsedAction | ParseError:
   return _error(UNEXPECTED_TAG, f"<{kind}> is not an action (expected <tool_call> or <result>)")
 
 
-def render_tool_call(name: str, arguments: Mapping[str, Any], thinking: str) -> str:
+@dataclasses.dataclass(frozen=True)
+class Dialect:
+  """How a model family writes the blocks of a turn (module docstring).
+
+  Attributes:
+    think_open, think_close: the thinking block's tags with the text around them.
+    call_open, call_close: the tool call's tags with the text around the JSON.
+  """
+  think_open: str
+  think_close: str
+  call_open: str
+  call_close: str
+
+
+PROTOCOL = Dialect(THINK_OPEN, THINK_CLOSE, CALL_OPEN, CALL_CLOSE)
+QWEN3 = Dialect(f"{QWEN3_THINK_OPEN}\n", f"\n{QWEN3_THINK_CLOSE}\n\n", f"{CALL_OPEN}\n",
+                f"\n{CALL_CLOSE}")
+
+
+def dialect_for(tokenizer: Any) -> Dialect:
+  """`QWEN3` when `<think>` and `</think>` are tokens of the vocabulary (Qwen3's), else
+  `PROTOCOL`."""
+  try:
+    tokenizer.token_to_id(QWEN3_THINK_OPEN)
+    tokenizer.token_to_id(QWEN3_THINK_CLOSE)
+  except KeyError:  # the tokenizers' UnknownTokenError
+    return PROTOCOL
+  return QWEN3
+
+
+def render_tool_call(name: str, arguments: Mapping[str, Any], thinking: str,
+                     dialect: Dialect = PROTOCOL) -> str:
   """The protocol text of a tool call (JSON: name first, arguments sorted, UTF-8 kept)."""
   payload = json.dumps({"name": name, "arguments": dict(sorted(arguments.items()))},
                        ensure_ascii=False)
-  return f"{THINK_OPEN}{thinking}{THINK_CLOSE}{CALL_OPEN}{payload}{CALL_CLOSE}"
+  d = dialect
+  return f"{d.think_open}{thinking}{d.think_close}{d.call_open}{payload}{d.call_close}"
 
 
-def render_result(text: str, thinking: str) -> str:
+def render_result(text: str, thinking: str, dialect: Dialect = PROTOCOL) -> str:
   """The protocol text of a final answer (M, single agent) or report (S)."""
-  return f"{THINK_OPEN}{thinking}{THINK_CLOSE}{RESULT_OPEN}{text}{RESULT_CLOSE}"
+  return f"{dialect.think_open}{thinking}{dialect.think_close}{RESULT_OPEN}{text}{RESULT_CLOSE}"
 
 
 def render_observation(text: str) -> str:

@@ -16,9 +16,16 @@ from mgrpo_jax.config.modes import MODES
 from mgrpo_jax.core.alignment import MODES as ALIGNMENT_MODES
 from mgrpo_jax.core.losses import AGGREGATIONS
 
-MODEL_PRESETS = ("tiny", "small", "smollm2_135m", "qwen2_5_0_5b", "qwen2_5_7b", "llama3_2_1b")
+# `mgrpo_jax.models.config.PRESETS`: shapes to train from scratch (tiny, small), and the
+# published shapes of the pretrained families (weights from a folder; the planner sizes them).
+MODEL_PRESETS = ("tiny", "small", "smollm2_135m", "smollm2_360m", "smollm2_1_7b",
+                 "qwen3_0_6b", "qwen3_1_7b", "qwen3_4b", "qwen3_8b", "qwen3_14b", "qwen3_32b",
+                 "qwen2_5_0_5b", "qwen2_5_1_5b", "qwen2_5_3b", "qwen2_5_7b", "qwen2_5_14b",
+                 "qwen2_5_32b", "llama3_2_1b", "llama3_2_3b", "llama3_1_8b")
 # Presets loaded with pretrained weights (the others start from a seeded init).
 PRETRAINED_PRESETS = ("smollm2_135m",)
+# The projections a LoRA adapter may target (`mgrpo_jax.models.config.LORA_TARGETS`).
+LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
 # The attention kernels a model may use (`mgrpo_jax.models.config.ATTENTION_IMPLEMENTATIONS`).
 ATTENTION_IMPLEMENTATIONS = ("auto", "xla", "cudnn", "splash")
 
@@ -99,10 +106,24 @@ def _agent_spec(role: str, preset: str) -> dict[str, Any]:
                                  "exist at a time, in the forward and (recomputed) backward "
                                  "pass (0 = the full logits at once).", low=0),
           "remat": Field("none", "What each decoder block keeps for the trainer's backward "
-                         "pass: none (everything autodiff needs), full (only its input; "
+                         "pass (RL's and the warm start's): none (everything autodiff needs), full (only its input; "
                          "the block is recomputed), dots (its weight matmuls' outputs; the "
                          "attention scores and elementwise work are recomputed).",
                          choices=("none", "full", "dots")),
+      },
+      "lora": {
+          "rank": Field(0, f"Rank r of {role}'s LoRA adapters (`models/lora.py`): only "
+                        "the adapters train, and the optimizer state and checkpoints hold "
+                        "only them; the base weights stay frozen (0 = full fine-tuning).",
+                        low=0),
+          "alpha": Field(32.0, "The adapters' output is scaled by alpha / rank.", low=1e-6),
+          "targets": Field("q,k,v,o,gate,up,down", "Comma-separated projections that carry "
+                           "an adapter, among q, k, v, o, gate, up, down.",
+                           allow_empty=False),
+          "base_dtype": Field("float32", "Storage dtype of the frozen base weights under "
+                              "LoRA (bfloat16 halves their memory; the adapters and their "
+                              "optimizer state stay float32).",
+                              choices=("float32", "bfloat16")),
       },
       "sampling": {
           "temperature": Field(1.0, "Sampling temperature (0 = greedy).", low=0.0, high=10.0),
@@ -176,10 +197,11 @@ SPEC: dict[str, Any] = {
         "num_steps": Field(10, "RL steps to run.", low=1),
         "run_id": Field("run", "Names the run in the store and checkpoints.", allow_empty=False),
         "compilation_cache_dir": Field(
-            "jax_cache", "Persistent XLA compilation cache of the run: a folder relative to "
-            "the run's local folder, absolute, or gs://... (empty: JAX's own setting, e.g. "
-            "JAX_COMPILATION_CACHE_DIR). A program one process of the run compiled is loaded "
-            "by the later ones (`training/compilation_cache.py`)."),
+            "../jax_cache", "Persistent XLA compilation cache: a folder relative to the "
+            "run's local folder (the default lies beside it, so the runs of one parent "
+            "folder share it), absolute, or gs://... (empty: JAX's own setting, e.g. "
+            "JAX_COMPILATION_CACHE_DIR). A program one process compiled is loaded by the "
+            "later ones, of this run and of the next command (`training/compilation_cache.py`)."),
     },
     "world": {
         "size": Field("tiny", "Size of the generated world (the symbolic rendering has tiny "

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mgrpo_jax.config.modes import parse_mode
-from mgrpo_jax.config.spec import MODEL_PRESETS, PRETRAINED_PRESETS, SPEC, Field
+from mgrpo_jax.config.spec import LORA_TARGETS, MODEL_PRESETS, PRETRAINED_PRESETS, SPEC, Field
 
 
 class ConfigError(ValueError):
@@ -244,6 +244,7 @@ def _check_agent(role: str, agent: Mapping[str, Any], num_steps: int, rows: int)
   if agent["model"]["attention"] == "cudnn" and agent["model"]["dtype"] != "bfloat16":
     _fail(f"{role}.model.attention", f"'cudnn' needs {role}.model.dtype='bfloat16' (cuDNN "
           f"flash attention has no float32 kernel), got {agent['model']['dtype']!r}")
+  _check_lora(role, agent["lora"])
   preset = str(agent["model"]["preset"])
   has_weights = preset in PRETRAINED_PRESETS or pathlib.Path(preset).exists()
   # An unknown name is left to the model builder, whose error names the presets.
@@ -251,3 +252,15 @@ def _check_agent(role: str, agent: Mapping[str, Any], num_steps: int, rows: int)
     _fail(f"{role}.model.smeared_keys", f"needs a preset trained from scratch "
           f"({', '.join(_SCRATCH_PRESETS)}); {agent['model']['preset']!r} has pretrained "
           "weights or is a file")
+
+
+def _check_lora(role: str, lora: Mapping[str, Any]) -> None:
+  targets = [t.strip() for t in str(lora["targets"]).split(",")]
+  unknown = [t for t in targets if t not in LORA_TARGETS]
+  if unknown:
+    _fail(f"{role}.lora.targets", f"names projections among {', '.join(LORA_TARGETS)}, "
+          f"got {', '.join(repr(t) for t in unknown)}")
+  if lora["rank"] == 0 and lora["base_dtype"] != "float32":
+    _fail(f"{role}.lora.base_dtype", f"a frozen base needs {role}.lora.rank > 0 (full "
+          "fine-tuning keeps float32 weights: small AdamW steps vanish in bfloat16), got "
+          f"{lora['base_dtype']!r}")

@@ -55,7 +55,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from flax import nnx
 
 from mgrpo_jax.agents import specs
 from mgrpo_jax.agents.modes import Agent, make_controller
@@ -244,7 +243,7 @@ def load_agent(config, role: str, root: pathlib.Path, source: Source) -> Agent:
             f"evaluation: no {role} checkpoint in {source.directory!r}"
             + ("" if source.step is None else f" at step <= {source.step}"))
       params = checkpointer.restore(steps[-1])[0].params
-  policy = agent_setup.sampler_policy(nnx.merge(trainer.layout.graphdef, params), tokenizer,
+  policy = agent_setup.sampler_policy(trainer.layout.merge(params), tokenizer,
                                       section)
   return Agent(policy, tokenizer)
 

@@ -1,7 +1,8 @@
 """Building blocks of a Llama-family decoder: Dense, RMSNorm, RoPE, GQA attention, SwiGLU.
 
 Every parameter carries logical axis names (metadata `out_sharding`, eager sharding
-off); `sharding.py` maps them to mesh axes. Shapes use B batch, T query length, S key
+off); `sharding.py` maps them to mesh axes. A projection that `ModelConfig.lora`
+targets also holds a low-rank adapter (`lora_a`, `lora_b`: `nnx.LoRAParam`). Shapes use B batch, T query length, S key
 length, D hidden, N query heads, K kv heads, G = N/K, H head dim, F MLP width.
 
 RoPE follows the Hugging Face "rotate_half" convention: the head vector is split
@@ -44,22 +45,55 @@ def logical_param(rngs: nnx.Rngs, init: Any, shape: Sequence[int], dtype: Any,
 
 
 class Dense(nnx.Module):
-  """y = x @ kernel (+ bias); kernel [in, out] with logical axes `axes`."""
+  """y = x @ kernel (+ bias) (+ scale * (x @ lora_a) @ lora_b); kernel [in, out] with
+  logical axes `axes`.
+
+  With `lora_rank` r > 0 the layer holds an adapter: lora_a [in, r] drawn as PEFT draws
+  it (uniform in +-1/sqrt(in)) and lora_b [r, out] of zeros (so the adapted layer starts
+  as the base), both float32 `nnx.LoRAParam`s with axes (axes[0], None) / (None,
+  axes[1]), and `lora_scale` = alpha / r.
+  """
 
   def __init__(self, in_features: int, out_features: int, *, axes: tuple[str, str],
                use_bias: bool = False, dtype: Any = jnp.float32,
-               param_dtype: Any = jnp.float32, rngs: nnx.Rngs):
+               param_dtype: Any = jnp.float32, lora_rank: int = 0, lora_scale: float = 1.0,
+               rngs: nnx.Rngs):
     self.dtype = dtype
     self.kernel = logical_param(rngs, nnx.initializers.lecun_normal(), (in_features, out_features),
                          param_dtype, axes)
     self.bias = (logical_param(rngs, nnx.initializers.zeros_init(), (out_features,), param_dtype,
                         (axes[1],)) if use_bias else None)
+    self.lora_scale = lora_scale
+    self.lora_a = (nnx.LoRAParam(lora_a_init(rngs.params(), (in_features, lora_rank)),
+                                 out_sharding=(axes[0], None), eager_sharding=False)
+                   if lora_rank else None)
+    self.lora_b = (nnx.LoRAParam(jnp.zeros((lora_rank, out_features), jnp.float32),
+                                 out_sharding=(None, axes[1]), eager_sharding=False)
+                   if lora_rank else None)
 
   def __call__(self, x: jax.Array) -> jax.Array:
-    y = jnp.dot(x.astype(self.dtype), self.kernel[...].astype(self.dtype))
+    x = x.astype(self.dtype)
+    y = jnp.dot(x, self.kernel[...].astype(self.dtype))
     if self.bias is not None:
       y = y + self.bias[...].astype(self.dtype)
+    if self.lora_a is not None:
+      low = jnp.dot(x, self.lora_a[...].astype(self.dtype))
+      y = y + self.lora_scale * jnp.dot(low, self.lora_b[...].astype(self.dtype))
     return y
+
+
+def lora_a_init(key: jax.Array, shape: Sequence[int]) -> jax.Array:
+  """An adapter's A [..., in, r] as PEFT draws it: uniform in +-1/sqrt(in), float32."""
+  bound = 1.0 / np.sqrt(shape[-2])
+  return jax.random.uniform(key, tuple(shape), jnp.float32, -bound, bound)
+
+
+def lora_kwargs(config: ModelConfig, projection: str) -> dict[str, Any]:
+  """`Dense`'s adapter arguments for the projection `projection` of `config`."""
+  lora = config.lora
+  if lora is None or not lora.adapts(projection):
+    return {}
+  return {"lora_rank": lora.rank, "lora_scale": lora.scale}
 
 
 class RMSNorm(nnx.Module):
@@ -300,19 +334,24 @@ def smear_keys(k: jax.Array, key_valid: jax.Array, weight_logit: jax.Array,
 
 
 class Attention(nnx.Module):
-  """Multi-head attention: grouped kv heads, RoPE, optional q/k/v bias and smeared keys."""
+  """Multi-head attention: grouped kv heads, RoPE, optional q/k/v bias, per-head q/k
+  RMSNorm (Qwen3) and smeared keys."""
 
   def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
     c = config
     self.num_heads, self.num_kv_heads, self.head_dim = c.num_heads, c.num_kv_heads, c.head_dim
     kw = dict(dtype=c.dtype, param_dtype=c.param_dtype, rngs=rngs)
     self.q_proj = Dense(c.hidden_size, c.num_heads * c.head_dim, axes=("embed", "heads"),
-                        use_bias=c.qkv_bias, **kw)
+                        use_bias=c.qkv_bias, **kw, **lora_kwargs(c, "q_proj"))
     self.k_proj = Dense(c.hidden_size, c.num_kv_heads * c.head_dim, axes=("embed", "kv"),
-                        use_bias=c.qkv_bias, **kw)
+                        use_bias=c.qkv_bias, **kw, **lora_kwargs(c, "k_proj"))
     self.v_proj = Dense(c.hidden_size, c.num_kv_heads * c.head_dim, axes=("embed", "kv"),
-                        use_bias=c.qkv_bias, **kw)
-    self.o_proj = Dense(c.num_heads * c.head_dim, c.hidden_size, axes=("heads", "embed"), **kw)
+                        use_bias=c.qkv_bias, **kw, **lora_kwargs(c, "v_proj"))
+    self.o_proj = Dense(c.num_heads * c.head_dim, c.hidden_size, axes=("heads", "embed"), **kw,
+                        **lora_kwargs(c, "o_proj"))
+    norm_kw = dict(eps=c.rms_norm_eps, dtype=c.dtype, param_dtype=c.param_dtype, rngs=rngs)
+    self.q_norm = RMSNorm(c.head_dim, **norm_kw) if c.qk_norm else None
+    self.k_norm = RMSNorm(c.head_dim, **norm_kw) if c.qk_norm else None
     self.key_smear = (nnx.Param(jnp.zeros((c.num_kv_heads,), c.param_dtype),
                                 out_sharding=(None,), eager_sharding=False)
                       if c.smeared_keys else None)
@@ -330,6 +369,8 @@ class Attention(nnx.Module):
     q = self.q_proj(x).reshape(b, t, self.num_heads, self.head_dim)
     k = self.k_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim)
     v = self.v_proj(x).reshape(b, t, self.num_kv_heads, self.head_dim)
+    if self.q_norm is not None:
+      q, k = self.q_norm(q), self.k_norm(k)
     q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
     if slots is not None:
       k, v = slots.store(layer, k, v)
@@ -346,9 +387,12 @@ class SwiGLU(nnx.Module):
   def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
     c = config
     kw = dict(dtype=c.dtype, param_dtype=c.param_dtype, rngs=rngs)
-    self.gate_proj = Dense(c.hidden_size, c.intermediate_size, axes=("embed", "mlp"), **kw)
-    self.up_proj = Dense(c.hidden_size, c.intermediate_size, axes=("embed", "mlp"), **kw)
-    self.down_proj = Dense(c.intermediate_size, c.hidden_size, axes=("mlp", "embed"), **kw)
+    self.gate_proj = Dense(c.hidden_size, c.intermediate_size, axes=("embed", "mlp"), **kw,
+                           **lora_kwargs(c, "gate_proj"))
+    self.up_proj = Dense(c.hidden_size, c.intermediate_size, axes=("embed", "mlp"), **kw,
+                         **lora_kwargs(c, "up_proj"))
+    self.down_proj = Dense(c.intermediate_size, c.hidden_size, axes=("mlp", "embed"), **kw,
+                           **lora_kwargs(c, "down_proj"))
 
   def __call__(self, x: jax.Array) -> jax.Array:
     return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))

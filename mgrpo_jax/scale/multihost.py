@@ -27,18 +27,21 @@ def multi_host() -> bool:
 
 
 def servable_params(layout: StateLayout, state: TrainState) -> Any:
-  """Parameters a sampler of this process can read, safe from the next (donating) update.
+  """Parameters a sampler of this process can read, safe from the next (donating) update:
+  the whole model's (`nnx.merge(layout.graphdef, ...)` rebuilds it), with LoRA the
+  adapters and the frozen base.
 
-  One process: a copy of `state.params` in place. Several: a replica on this process's
+  One process: a copy of `state.params` in place (with LoRA: of the adapters; the base's
+  arrays are shared, no update donates them). Several: a replica on this process's
   devices, tensor-parallel over them by the model's rules (collective: every process
   calls it at the same point).
   """
   if not multi_host():
-    return jax.tree.map(jnp.copy, state.params)
+    return layout.full_params(jax.tree.map(jnp.copy, state.params))
   model = layout.model(state)
   local_mesh = create_mesh(MeshConfig(tensor=jax.local_device_count()), jax.local_devices())
   shardings = param_shardings(model, local_mesh, model.config.sharding_rules)
-  return distributed.local_replica(state.params, shardings)
+  return distributed.local_replica(layout.full_params(state.params), shardings)
 
 
 def rollout_model(layout: StateLayout, state: TrainState) -> nnx.Module:

@@ -10,11 +10,12 @@ equal on every device because a dimension is only split when its size divides.
 Per device, for an agent with L layers, hidden D, N query heads, K kv heads, head dim
 H, vocabulary V, activation dtype of b bytes, a = the activation rule's split of a
 dimension (rows over data*fsdp, heads and vocabulary over tensor when they divide):
-  parameters    sum of the parameters' shard bytes (float32 storage).
+  parameters    sum of the parameters' shard bytes (float32 storage; with LoRA the
+                frozen base in `lora.base_dtype` plus the float32 adapters).
   optimizer     AdamW mu and nu (sharded like their parameter) + the replicated
-                counters, train step and PRNG key.
-  gradients     one float32 copy of the parameters' shards (two with micro-batching:
-                the accumulator and the micro-batch's gradient).
+                counters, train step and PRNG key (with LoRA: of the adapters only).
+  gradients     one float32 copy of the trained parameters' shards (two with
+                micro-batching: the accumulator and the micro-batch's gradient).
   activations   saved for the backward pass, per token per layer, by `<agent>.model.remat`
                 (b = activation bytes; F = SwiGLU width):
                   full  D x b (each block's input; the block is recomputed);
@@ -55,9 +56,10 @@ import optax
 from flax import nnx
 from jax.sharding import AbstractMesh, NamedSharding, PartitionSpec
 
-from mgrpo_jax.models.config import PRESETS, ModelConfig, get_config
+from mgrpo_jax.models.config import PRESETS, LoraConfig, ModelConfig, get_config
 from mgrpo_jax.models.kv_cache import init_cache
 from mgrpo_jax.models.layers import attention_implementation
+from mgrpo_jax.models.lora import FROZEN
 from mgrpo_jax.models.sharding import (
     HIDDEN_AXES,
     LOGITS_AXES,
@@ -177,25 +179,39 @@ def abstract_train_state(model_config: ModelConfig, tx: optax.GradientTransforma
   """The `TrainState` a run would create, as sharded `ShapeDtypeStruct`s (no memory).
 
   Shardings follow `create_train_state`: parameters by the model's logical rules, the
-  optimizer moments like their parameter, every other leaf replicated.
+  optimizer moments like their parameter, every other leaf replicated. With LoRA the
+  parameters are the adapters (`abstract_frozen_params` has the base).
   """
   model = nnx.eval_shape(lambda: Transformer(model_config, rngs=nnx.Rngs(0)))
-  _, params = nnx.split(model, nnx.Param)
-  params_sharding = param_shardings(model, mesh, model_config.sharding_rules)
+  trainable = nnx.LoRAParam if model_config.lora is not None else nnx.Param
+  params = nnx.state(model, trainable)
+  params_sharding = nnx.filter_state(param_shardings(model, mesh, model_config.sharding_rules),
+                                     trainable)
   replicated = NamedSharding(mesh, PartitionSpec())
   opt_abstract = jax.eval_shape(tx.init, params)
   opt_sharding = optax.tree_map_params(tx, lambda _, sharding: sharding, opt_abstract,
                                        params_sharding,
                                        transform_non_params=lambda _: replicated)
-
-  def attach(leaf, sharding):
-    return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)
-
   return TrainState(
       step=jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated),
-      params=jax.tree.map(attach, params, params_sharding),
-      opt_state=jax.tree.map(attach, opt_abstract, opt_sharding),
+      params=jax.tree.map(_attach, params, params_sharding),
+      opt_state=jax.tree.map(_attach, opt_abstract, opt_sharding),
       rng=jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=replicated))
+
+
+def abstract_frozen_params(model_config: ModelConfig,
+                           mesh: AbstractMesh | jax.sharding.Mesh) -> Any:
+  """With LoRA, the frozen base as sharded `ShapeDtypeStruct`s; an empty tree without."""
+  if model_config.lora is None:
+    return {}
+  model = nnx.eval_shape(lambda: Transformer(model_config, rngs=nnx.Rngs(0)))
+  shardings = nnx.filter_state(param_shardings(model, mesh, model_config.sharding_rules),
+                               FROZEN)
+  return jax.tree.map(_attach, nnx.state(model, FROZEN), shardings)
+
+
+def _attach(leaf, sharding):
+  return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)
 
 
 def _group_name(path: tuple[Any, ...]) -> str:
@@ -266,8 +282,9 @@ def plan_memory(role: str, model_name: str, model_config: ModelConfig, mesh_conf
   """
   mesh = abstract_mesh(mesh_config)
   state = abstract_train_state(model_config, tx, mesh)
+  frozen = abstract_frozen_params(model_config, mesh)
   c, w = model_config, workload
-  parameters = tree_bytes_per_device(state.params)
+  parameters = tree_bytes_per_device(state.params) + tree_bytes_per_device(frozen)
   grad_copies = 2 if w.micro_batch_size and w.micro_batch_size < w.train_rows else 1
   gradients = grad_copies * sum(
       shard_bytes(jax.ShapeDtypeStruct(p.shape, jnp.float32, sharding=p.sharding))
@@ -293,7 +310,7 @@ def plan_memory(role: str, model_name: str, model_config: ModelConfig, mesh_conf
   return MemoryPlan(
       role=role, model_name=model_name, model=c, mesh=mesh_config, workload=w,
       platform=platform, attention_kernel=kernel,
-      groups=parameter_groups(state.params), parameters=parameters,
+      groups=parameter_groups(frozen) + parameter_groups(state.params), parameters=parameters,
       optimizer=tree_bytes_per_device(state.opt_state) + shard_bytes(state.step)
       + shard_bytes(state.rng),
       gradients=gradients,
@@ -306,7 +323,10 @@ def agent_model_config(agent: Any, role: str) -> tuple[str, ModelConfig]:
   preset = str(agent["model"]["preset"])
   overrides = dict(dtype=_DTYPES[str(agent["model"]["dtype"])],
                    scan_layers=bool(agent["model"]["scan_layers"]),
-                   attention=str(agent["model"]["attention"]))
+                   attention=str(agent["model"]["attention"]),
+                   lora=LoraConfig.from_config(agent["lora"]))
+  if overrides["lora"] is not None:
+    overrides["param_dtype"] = _DTYPES[str(agent["lora"]["base_dtype"])]
   if preset in PRESETS:
     return preset, get_config(preset, smeared_keys=bool(agent["model"]["smeared_keys"]),
                               **overrides)
@@ -355,13 +375,20 @@ def _spec_text(spec: PartitionSpec) -> str:
   return "P(" + ", ".join(repr(axis) for axis in spec) + ")"
 
 
+def _lora_text(lora: LoraConfig | None) -> str:
+  if lora is None:
+    return ""
+  return (f", LoRA rank {lora.rank} on {','.join(lora.targets)} (only the float32 adapters "
+          "train; the base is frozen)")
+
+
 def format_plan(plan: MemoryPlan, hbm_gib: float = 0.0) -> str:
   """The plan as text tables: parameter groups, then the memory lines per device."""
   m, w = plan.mesh, plan.workload
   lines = [
       f"{ROLES[plan.role]} ({plan.role}): {plan.model_name}, "
       f"{plan.model.num_params:,} parameters ({np.dtype(plan.model.param_dtype).name}), "
-      f"activations {np.dtype(plan.model.dtype).name}",
+      f"activations {np.dtype(plan.model.dtype).name}" + _lora_text(plan.model.lora),
       f"mesh data={m.data} fsdp={m.fsdp} tensor={m.tensor} ({m.size} devices); "
       f"train {w.train_rows} rows x {w.seq_len} tokens (micro-batch {w.rows_per_pass}), "
       f"decode {w.decode_batch} x {w.context} slots",

@@ -15,9 +15,17 @@ A conversation is built incrementally (token-in, token-out: `chat.Conversation`)
 format answers three questions given the messages so far, `history`: the text of one
 more message, the text of the generation prompt, and the text that closes a sampled
 assistant turn. `TemplateFormat` answers them by rendering the template on `history`
-with and without the addition and taking the difference; a template whose output for
-fewer messages is not a prefix of its output for more (it rewrites earlier messages)
-raises `ChatTemplateError` naming the message.
+with and without the addition and taking the difference. The template sees every
+assistant turn of `history` as one stand-in content, a think block then text
+(`<think>\nS\n</think>\n\nS`, Qwen3's own form of a turn): the turns' ids are the
+sampled ones and never re-rendered, and a template that rewrites a turn by its place
+renders the stand-in the same wherever it stands (Qwen3's adds an empty think block to
+a conversation's last assistant turn and drops it once a message follows). A template
+that still rewrites earlier text when a message is added raises `ChatTemplateError`
+naming the message, but for one case: when the new message follows an assistant turn
+and the template rewrote the turns before it (Qwen3 drops the reasoning of every turn
+before a new question, such as the answer-now notice), the new message's text is what
+the template writes after that turn's closing, and the earlier ids stay as sampled.
 """
 
 from __future__ import annotations
@@ -39,8 +47,9 @@ CHATML_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
 
-# Content of the assistant message whose rendering shows how a turn is closed.
+# The content the templates see for every assistant turn (module docstring).
 _SENTINEL = "\u2063mgrpo-turn\u2063"
+_ASSISTANT_STAND_IN = f"<think>\n{_SENTINEL}\n</think>\n\n{_SENTINEL}"
 
 Message = Mapping[str, str]
 
@@ -116,8 +125,13 @@ class TemplateFormat:
     self._special_tokens = dict(special_tokens or {})
 
   def render(self, messages: Sequence[Message], *, add_generation_prompt: bool = False) -> str:
-    """The whole conversation as text (what `apply_chat_template(tokenize=False)` gives)."""
+    """The whole conversation as text (what `apply_chat_template(tokenize=False)` gives);
+    no messages are no text (templates that read `messages[0]`, Qwen2.5's and Llama 3's,
+    fail on none)."""
     import jinja2
+
+    if not messages and not add_generation_prompt:
+      return ""
 
     try:
       return self._compiled.render(messages=[dict(m) for m in messages],
@@ -134,19 +148,37 @@ class TemplateFormat:
     return after[len(before):]
 
   def message_text(self, history: Sequence[Message], role: str, content: str) -> str:
-    return self._extension(self.render(history),
-                           self.render([*history, {"role": role, "content": content}]),
-                           f"message {len(history)} ({role}) is added")
+    stand_ins = _stand_ins(history)
+    before = self.render(stand_ins)
+    after = self.render([*stand_ins, {"role": role, "content": content}])
+    what = f"message {len(history)} ({role}) is added"
+    if after.startswith(before) or not stand_ins or stand_ins[-1]["role"] != "assistant":
+      return self._extension(before, after, what)
+    # The template rewrote earlier turns (module docstring): the text after the last
+    # turn's closing, which ends `before`.
+    closing = before[before.rindex(_SENTINEL) + len(_SENTINEL):]
+    start = after.rfind(_SENTINEL) + len(_SENTINEL)
+    if after[start:start + len(closing)] != closing:
+      return self._extension(before, after, what)
+    return after[start + len(closing):]
 
   def generation_prompt(self, history: Sequence[Message]) -> str:
-    return self._extension(self.render(history),
-                           self.render(history, add_generation_prompt=True),
+    stand_ins = _stand_ins(history)
+    return self._extension(self.render(stand_ins),
+                           self.render(stand_ins, add_generation_prompt=True),
                            "the generation prompt is added")
 
   def turn_closing(self, history: Sequence[Message]) -> str:
-    opened = self.render(history, add_generation_prompt=True) + _SENTINEL
-    full = self.render([*history, {"role": "assistant", "content": _SENTINEL}])
+    stand_ins = _stand_ins(history)
+    opened = self.render(stand_ins, add_generation_prompt=True) + _ASSISTANT_STAND_IN
+    full = self.render([*stand_ins, {"role": "assistant", "content": _ASSISTANT_STAND_IN}])
     return self._extension(opened, full, f"assistant message {len(history)} is closed")
+
+
+def _stand_ins(history: Sequence[Message]) -> list[Message]:
+  """`history` with every assistant turn's content replaced by the stand-in."""
+  return [{"role": "assistant", "content": _ASSISTANT_STAND_IN} if m["role"] == "assistant"
+          else m for m in history]
 
 
 CHATML = ChatMLFormat()

@@ -9,7 +9,10 @@ the same file (`world.tokenizer_vocab_size` ids).
 Model: `load_pretrained` for `smollm2_135m` or a path; otherwise the preset's shape with
 the tokenizer's vocabulary and a seeded init (`derive_seed(seed, "init", role)`). A
 non-empty `model.init_checkpoint` replaces the initial parameters by the ones of that
-orbax checkpoint (`restore_init_params`).
+orbax checkpoint (`restore_init_params`). With `lora.rank` > 0 the model gets LoRA
+adapters (`models.lora.with_lora`, seeded by `derive_seed(seed, "lora", role)`) over a
+frozen base stored in `lora.base_dtype`; the agents of one process that load the same
+pretrained weights share one base (`_pretrained`), each with its own adapters.
 
 Every seed of the run comes from `derive_seed(experiment.seed, *names)`, a hash, never
 from wall time or arrival order.
@@ -17,6 +20,7 @@ from wall time or arrival order.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
@@ -35,6 +39,8 @@ from mgrpo_jax.agents.tools import ToolRegistry, index_registry, world_index
 from mgrpo_jax.config.modes import parse_mode
 from mgrpo_jax.config.spec import PRETRAINED_PRESETS
 from mgrpo_jax.models import get_config, init_model, load_pretrained
+from mgrpo_jax.models.config import LoraConfig
+from mgrpo_jax.models.lora import with_lora
 from mgrpo_jax.sampling import Sampler, SamplerConfig, SamplingParams
 from mgrpo_jax.text import DEFAULT_USER_DEFINED_SYMBOLS, SentencePieceTokenizer
 from mgrpo_jax.training.checkpoint import restore_params
@@ -124,17 +130,46 @@ def build_model(agent, role: str, root: str | pathlib.Path, config):
   return model, tokenizer
 
 
+# Pretrained models loaded by this process for agents with LoRA adapters, by preset and
+# overrides: the agents that load the same weights share one frozen base.
+_SHARED_BASES: dict[tuple[str, tuple[tuple[str, Any], ...]], tuple[Any, Any]] = {}
+
+
+def _pretrained(preset: str, overrides: dict[str, Any], *, shared: bool):
+  """`load_pretrained(preset, **overrides)`; with `shared`, the model loaded once per
+  process (a base only adapters train) and a copy of its tokenizer (each agent sets its
+  own chat template)."""
+  if not shared:
+    return load_pretrained(preset, **overrides)
+  key = (preset, tuple(sorted(overrides.items())))
+  if key not in _SHARED_BASES:
+    _SHARED_BASES[key] = load_pretrained(preset, **overrides)
+  model, tokenizer = _SHARED_BASES[key]
+  return model, copy.copy(tokenizer)
+
+
 def _build_model(agent, role: str, root: str | pathlib.Path, config):
+  model, tokenizer = _build_base(agent, role, root, config)
+  lora = LoraConfig.from_config(agent.lora)
+  if lora is not None:
+    model = with_lora(model, lora, derive_seed(config.experiment.seed, "lora", role))
+  return model, tokenizer
+
+
+def _build_base(agent, role: str, root: str | pathlib.Path, config):
   model_cfg = agent.model
   preset = str(model_cfg.preset)
   dtype = jnp.bfloat16 if model_cfg.dtype == "bfloat16" else jnp.float32
   overrides = {"dtype": dtype, "scan_layers": bool(model_cfg.scan_layers),
                "attention": str(model_cfg.attention)}
+  lora = int(agent.lora.rank) > 0
+  if lora and agent.lora.base_dtype == "bfloat16":
+    overrides["param_dtype"] = jnp.bfloat16
   if _is_pretrained(preset):
     if model_cfg.smeared_keys:
       raise ValueError(f"{role}.model.smeared_keys: pretrained weights ({preset!r}) have no "
                        "key-smear parameters; use it with a preset trained from scratch")
-    model, tokenizer = load_pretrained(preset, **overrides)
+    model, tokenizer = _pretrained(preset, overrides, shared=lora)
     if model_cfg.tokenizer:
       tokenizer = load_tokenizer(str(model_cfg.tokenizer))
     return model, tokenizer

@@ -1,14 +1,19 @@
-"""The run's persistent XLA compilation cache: each program compiles once per run.
+"""The persistent XLA compilation cache: each program compiles once, not once per process.
 
 A run compiles the same programs in several processes and phases: the warm start's two
 agents share an architecture and length buckets, the held-out evaluations and the RL
 slices sample with the same shapes, and `--slice=all` starts each slice as a child
-process whose in-memory jit caches are empty. With `experiment.compilation_cache_dir`
-set (default `jax_cache` under the run's local folder), `launch/tpu_run.py` points JAX's
-persistent cache there before anything compiles, in the parent and in both slices, so a
-program compiled once is loaded by every later process, and a resumed run compiles
-nothing it compiled before. A loaded program is the compiled program itself: the
-results are bitwise those of compiling it again.
+process whose in-memory jit caches are empty. The next command compiles them again: a
+run started over in a fresh workdir, the same job with LoRA after full fine-tuning, a
+run extended by a few steps. With `experiment.compilation_cache_dir` set (default
+`../jax_cache`: `jax_cache` beside the run's local folder, so `runs/a` and `runs/b`
+share `runs/jax_cache`), `launch/tpu_run.py` points JAX's persistent cache there before
+anything compiles, in the parent and in both slices, so a program compiled once is
+loaded by every later process of the run and of later commands, and a resumed run
+compiles nothing it compiled before. A program's cache key is its XLA program with the
+compiler options, the backend and jax's version, so runs that share a folder only share
+identical programs, and a loaded program is the compiled program itself: the results
+are bitwise those of compiling it again.
 
 Every program is kept, however fast it compiled (`MIN_COMPILE_TIME_S`). JAX's default
 keeps only those that took at least 1 s, and on a CPU most of a run's programs (one
@@ -41,7 +46,8 @@ def compilation_cache_dir(config, workdir: str) -> str | None:
     return None
   if "://" in folder:
     return folder
-  return str(RunPaths.from_config(config, workdir).local / pathlib.Path(folder).expanduser())
+  local = RunPaths.from_config(config, workdir).local
+  return os.path.normpath(local / pathlib.Path(folder).expanduser())
 
 
 def enable_compilation_cache(config, workdir: str) -> str | None:

@@ -7,7 +7,10 @@ template as in training), loads the weights of its newest RL checkpoint
 RL has saved none, its warm start's parameter checkpoint, and writes them with
 `models.weights.hf_export.export_hf_folder`: config.json, model.safetensors, the
 tokenizer files and the chat template (the model's own, else ChatML), plus the modeling
-file of a smeared-key model.
+file of a smeared-key model. An agent with LoRA adapters is written merged (W + (alpha
+/ r) A B); with `adapter_out` its adapters are also written as a PEFT adapter folder
+(`models.weights.peft_adapter`) whose base is the agent's Hugging Face folder, or, for a
+GGUF base, the frozen base written as one in `<adapter_out>/base`.
 """
 
 from __future__ import annotations
@@ -16,10 +19,10 @@ import dataclasses
 import os
 import pathlib
 
-from flax import nnx
-
 from mgrpo_jax.config.modes import parse_mode
+from mgrpo_jax.models.lora import base_model
 from mgrpo_jax.models.weights.hf_export import export_hf_folder
+from mgrpo_jax.models.weights.peft_adapter import save_peft_adapter
 from mgrpo_jax.text import CHATML_TEMPLATE
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.checkpoint import AgentCheckpointer, restore_params
@@ -28,10 +31,12 @@ from mgrpo_jax.training.paths import RunPaths, warm_start_folder
 
 @dataclasses.dataclass(frozen=True)
 class Exported:
-  """What `export_agent` wrote: the folder and where its weights came from."""
+  """What `export_agent` wrote: the folder, the PEFT adapter folder (or None) and where
+  the weights came from."""
   folder: pathlib.Path
   source: str
   step: int | None
+  adapter: pathlib.Path | None = None
 
 
 def _weights(trainer, paths: RunPaths, config, role: str, step: int | None):
@@ -53,11 +58,14 @@ def _weights(trainer, paths: RunPaths, config, role: str, step: int | None):
 
 
 def export_agent(config, workdir: str | os.PathLike, role: str, out: str | os.PathLike, *,
-                 step: int | None = None) -> Exported:
-  """Writes agent `role`'s newest weights as a Hugging Face folder `out` (module docstring).
+                 step: int | None = None,
+                 adapter_out: str | os.PathLike | None = None) -> Exported:
+  """Writes agent `role`'s newest weights as a Hugging Face folder `out`, and its LoRA
+  adapters as a PEFT folder `adapter_out` when given (module docstring).
 
   Raises:
-    ValueError: `role` is not an agent with its own weights in the run's mode.
+    ValueError: `role` is not an agent with its own weights in the run's mode, or
+      `adapter_out` is given for an agent without adapters.
     FileNotFoundError: the run holds no checkpoint of the agent (the message names the
       folders looked in).
   """
@@ -68,8 +76,25 @@ def export_agent(config, workdir: str | os.PathLike, role: str, out: str | os.Pa
   paths = RunPaths.from_config(config, os.fspath(workdir))
   model, tokenizer = agent_setup.build_model(config[role], role, paths.local, config)
   trainer = agent_setup.create_agent_state(model, config[role], role, config)
+  if adapter_out is not None and int(config[role].lora.rank) == 0:
+    raise ValueError(f"{role} has no LoRA adapters to export ({role}.lora.rank is 0)")
   params, source, found = _weights(trainer, paths, config, role, step)
-  model = nnx.merge(trainer.layout.graphdef, params)
-  folder = export_hf_folder(model, tokenizer, out,
-                            chat_template=tokenizer.chat_template or CHATML_TEMPLATE)
-  return Exported(folder, source, found)
+  model = trainer.layout.merge(params)
+  template = tokenizer.chat_template or CHATML_TEMPLATE
+  folder = export_hf_folder(model, tokenizer, out, chat_template=template)
+  adapter = None
+  if adapter_out is not None:
+    adapter = save_peft_adapter(model, adapter_out,
+                                _peft_base(model, tokenizer, config[role], adapter_out, template))
+  return Exported(folder, source, found, adapter)
+
+
+def _peft_base(model, tokenizer, agent, adapter_out, chat_template: str) -> str:
+  """The base a PEFT adapter of `agent` loads onto: its Hugging Face folder, or the frozen
+  base written as one in `<adapter_out>/base` (a GGUF file or a downloaded preset)."""
+  preset = pathlib.Path(str(agent.model.preset))
+  if preset.is_dir():
+    return str(preset.resolve())
+  folder = export_hf_folder(base_model(model), tokenizer, pathlib.Path(adapter_out) / "base",
+                            chat_template=chat_template)
+  return str(folder.resolve())

@@ -3,7 +3,9 @@
 `make_update_fn(layout, config, num_rows)` returns `update(state, batch) -> (state,
 metrics)`, compiled once per batch shape [N, T], with explicit shardings: the state
 keeps the layout's shardings (and is donated), batch rows are split over the mesh's
-(data, fsdp) axes, metrics are replicated scalars. One call:
+(data, fsdp) axes, metrics are replicated scalars. With LoRA the state's parameters are
+the adapters, the frozen base (`layout.frozen`) is an argument that is read, never
+donated, and no gradient of it is computed. One call:
 
   1. logp = log pi_theta(ids[t] | ids[<t])                  (`models.token_logprobs`:
      the LM head `logprob_chunk` positions at a time, each block rematerialized as
@@ -61,7 +63,7 @@ from mgrpo_jax.models.sharding import batch_sharding
 from mgrpo_jax.models.transformer import REMAT_POLICIES
 from mgrpo_jax.training.batching import TrainBatch
 from mgrpo_jax.training.mesh import replicated
-from mgrpo_jax.training.train_state import StateLayout, TrainState
+from mgrpo_jax.training.train_state import StateLayout, TrainState, merge_model
 from mgrpo_jax.utils.host_memory import release_free_host_memory
 
 OLD_LOGP_SOURCES = ("sampler", "recompute")
@@ -278,12 +280,13 @@ def _finalize(metrics: dict[str, jax.Array]) -> dict[str, jax.Array]:
 
 
 def _loss_fn(layout: StateLayout, config: UpdateConfig, normalizer: jax.Array,
-             max_len: int, ref_params: nnx.State | None) -> Callable[..., Any]:
+             max_len: int, ref_params: nnx.State | None, frozen: nnx.State | None
+             ) -> Callable[..., Any]:
   loss_config = config.loss
 
   def loss_fn(params: nnx.State, batch: TrainBatch
               ) -> tuple[jax.Array, dict[str, jax.Array]]:
-    model = nnx.merge(layout.graphdef, params)
+    model = merge_model(layout.graphdef, params, frozen)
     scores = token_logprobs(model, batch.ids, temperature=config.temperature,
                             chunk=config.logprob_chunk, remat=config.remat,
                             with_entropy=bool(loss_config.entropy_coef))
@@ -292,7 +295,7 @@ def _loss_fn(layout: StateLayout, config: UpdateConfig, normalizer: jax.Array,
                 else jax.lax.stop_gradient(logp))
     ref_logp = None
     if ref_params is not None:
-      ref_model = nnx.merge(layout.graphdef, jax.lax.stop_gradient(ref_params))
+      ref_model = merge_model(layout.graphdef, jax.lax.stop_gradient(ref_params), frozen)
       ref_logp = jax.lax.stop_gradient(
           token_logprobs(ref_model, batch.ids, temperature=config.temperature,
                          chunk=config.logprob_chunk))
@@ -318,14 +321,16 @@ def _loss_fn(layout: StateLayout, config: UpdateConfig, normalizer: jax.Array,
 
 
 def _gradients(layout: StateLayout, config: UpdateConfig, state: TrainState,
-               batch: TrainBatch) -> tuple[nnx.State, dict[str, jax.Array]]:
-  """Gradient of the full-batch loss (accumulated over micro-batches) and raw metrics."""
+               batch: TrainBatch, frozen: nnx.State | None
+               ) -> tuple[nnx.State, dict[str, jax.Array]]:
+  """Gradient of the full-batch loss (accumulated over micro-batches) with respect to
+  `state.params` (with LoRA: the adapters; `frozen` is the base), and raw metrics."""
   n, t = batch.ids.shape
   max_len = config.loss.max_len or t
   normalizer = loss_normalizer(batch.loss_mask, aggregation=config.loss.aggregation,
                                weights=batch.weights, max_len=max_len)
   grad_fn = jax.value_and_grad(
-      _loss_fn(layout, config, normalizer, max_len, state.ref_params), has_aux=True)
+      _loss_fn(layout, config, normalizer, max_len, state.ref_params, frozen), has_aux=True)
   micro = config.micro_batch_size or n
   if micro == n:
     (_, metrics), grads = grad_fn(state.params, batch)
@@ -351,8 +356,9 @@ def _gradients(layout: StateLayout, config: UpdateConfig, state: TrainState,
 
 def _update_step(layout: StateLayout, config: UpdateConfig,
                  learning_rate: optax.Schedule | None, state: TrainState,
-                 batch: TrainBatch) -> tuple[TrainState, dict[str, jax.Array]]:
-  grads, metrics = _gradients(layout, config, state, batch)
+                 batch: TrainBatch, frozen: nnx.State | None
+                 ) -> tuple[TrainState, dict[str, jax.Array]]:
+  grads, metrics = _gradients(layout, config, state, batch, frozen)
   return _optimizer_step(layout, learning_rate, state, grads, _finalize(metrics))
 
 
@@ -392,14 +398,18 @@ def batch_shardings(layout: StateLayout, num_rows: int) -> TrainBatch:
 
 def jit_update_step(layout: StateLayout, config: UpdateConfig, num_rows: int, *,
                     learning_rate: optax.Schedule | None = None) -> Callable[..., Any]:
-  """One optimizer step `step(state, batch) -> (state, metrics)`, jitted, `state` donated.
+  """One optimizer step `step(state, batch, layout.frozen) -> (state, metrics)`, jitted,
+  `state` donated (the frozen base is not).
 
   What `make_update_fn` runs `config.iterations` times (arguments as there, unchecked);
-  `step.lower(state, batch).compile()` gives its XLA program and memory analysis.
+  `step.lower(state, batch, layout.frozen).compile()` gives its XLA program and memory
+  analysis.
   """
   options = _CPU_COMPILER_OPTIONS if layout.mesh.devices.flat[0].platform == "cpu" else None
+  frozen = (None if layout.frozen is None
+            else jax.tree.map(lambda x: x.sharding, layout.frozen))
   return jax.jit(functools.partial(_update_step, layout, config, learning_rate),
-                 in_shardings=(layout.shardings, batch_shardings(layout, num_rows)),
+                 in_shardings=(layout.shardings, batch_shardings(layout, num_rows), frozen),
                  out_shardings=(layout.shardings, replicated(layout.mesh)),
                  donate_argnums=0, compiler_options=options)
 
@@ -442,7 +452,7 @@ def make_update_fn(layout: StateLayout, config: UpdateConfig, num_rows: int, *,
   def tokenless_step(state: TrainState, batch: TrainBatch) -> Callable[..., Any]:
     if not tokenless:
       metric_shapes = jax.eval_shape(
-          lambda s, b: _gradients(layout, config, s, b)[1], state, batch)
+          lambda s, b, f: _gradients(layout, config, s, b, f)[1], state, batch, layout.frozen)
       tokenless.append(jax.jit(
           functools.partial(_tokenless_step, layout, learning_rate, metric_shapes),
           in_shardings=(layout.shardings,), out_shardings=(layout.shardings,
@@ -463,13 +473,13 @@ def make_update_fn(layout: StateLayout, config: UpdateConfig, num_rows: int, *,
         if batch.ids.shape[1] not in compiled_lengths:
           # Compile first (the call below reuses the program), then hand the compiler's
           # freed host memory back before the step allocates its buffers.
-          step.lower(state, batch).compile()
+          step.lower(state, batch, layout.frozen).compile()
           release_free_host_memory()
           compiled_lengths.add(batch.ids.shape[1])
         if config.iterations > 1:
           batch = jax.device_put(batch, batch_shardings(layout, num_rows))  # moved once
         def one_step(s: TrainState, b: TrainBatch = batch) -> tuple[TrainState, dict]:
-          return step(s, b)
+          return step(s, b, layout.frozen)
       else:
         one_step = tokenless_step(state, batch)
       state, metrics = one_step(state)

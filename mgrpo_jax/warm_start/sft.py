@@ -29,7 +29,7 @@ from flax import nnx
 from mgrpo_jax.models.logprobs import token_logprobs
 from mgrpo_jax.training.batching import DEFAULT_LENGTH_BUCKETS, TokenSequence, pack_sequences
 from mgrpo_jax.training.checkpoint import save_params
-from mgrpo_jax.training.train_state import StateLayout, TrainState
+from mgrpo_jax.training.train_state import StateLayout, TrainState, merge_model
 from mgrpo_jax.training.update import LossConfig, UpdateConfig, make_update_fn
 
 
@@ -43,6 +43,8 @@ class SFTConfig:
     buckets: allowed T values of a batch (the smallest bucket >= its longest row).
     seed: seeds the shuffle of each epoch.
     micro_batch_size: rows per micro-batch of the update (0: whole batch).
+    remat: what each decoder block keeps for the backward pass (`UpdateConfig.remat`;
+      the values are the same whichever it is).
     length_groups: batches per length-sorted window (`sft_batches`; 1: plain shuffle).
     nll_every_epoch: measure the demonstrations' NLL after every epoch (one forward
       pass over them each), else only before and after.
@@ -56,6 +58,7 @@ class SFTConfig:
   buckets: tuple[int, ...] = DEFAULT_LENGTH_BUCKETS
   seed: int = 0
   micro_batch_size: int = 0
+  remat: str = "none"
   length_groups: int = 1
   nll_every_epoch: bool = True
   nll_sequences: int = 0
@@ -69,10 +72,10 @@ class SFTConfig:
       raise ValueError(f"SFTConfig.nll_sequences must be >= 0, got {self.nll_sequences}")
 
 
-def sft_update_config(micro_batch_size: int = 0) -> UpdateConfig:
+def sft_update_config(micro_batch_size: int = 0, remat: str = "none") -> UpdateConfig:
   """The policy-update options under which one update is one NLL step (module docstring)."""
   return UpdateConfig(loss=LossConfig(aggregation="token_mean"),
-                      micro_batch_size=micro_batch_size, old_logp="recompute")
+                      micro_batch_size=micro_batch_size, old_logp="recompute", remat=remat)
 
 
 def sft_steps(num_sequences: int, config: SFTConfig) -> int:
@@ -108,9 +111,9 @@ def sft_batches(sequences: Sequence[TokenSequence], config: SFTConfig, epoch: in
 
 
 @functools.partial(jax.jit, static_argnums=0)
-def _nll_sums(graphdef: nnx.GraphDef, params: nnx.State, ids: jax.Array, mask: jax.Array
-              ) -> tuple[jax.Array, jax.Array]:
-  logp = token_logprobs(nnx.merge(graphdef, params), ids)
+def _nll_sums(graphdef: nnx.GraphDef, params: nnx.State, frozen: nnx.State | None,
+              ids: jax.Array, mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+  logp = token_logprobs(merge_model(graphdef, params, frozen), ids)
   return -jnp.sum(logp * mask), jnp.sum(mask)
 
 
@@ -128,7 +131,7 @@ def demonstration_nll(state: TrainState, layout: StateLayout,
   sequences = nll_subset(sequences, config.nll_sequences)
   total, tokens = 0.0, 0.0
   for batch in sft_batches(sequences, config, epoch=0):
-    nll, count = _nll_sums(layout.graphdef, state.params, batch.ids,
+    nll, count = _nll_sums(layout.graphdef, state.params, layout.frozen, batch.ids,
                            batch.loss_mask * batch.weights[:, None])
     total, tokens = total + float(nll), tokens + float(count)
   if tokens == 0:
@@ -159,7 +162,7 @@ def sft(state: TrainState, layout: StateLayout, sequences: Sequence[TokenSequenc
   """
   if not sequences:
     raise ValueError("sft got no demonstrations")
-  update_config = sft_update_config(config.micro_batch_size)
+  update_config = sft_update_config(config.micro_batch_size, config.remat)
   update = make_update_fn(layout, update_config, config.batch_rows)
   nll = [demonstration_nll(state, layout, sequences, config)]
   steps, total = 0, sft_steps(len(sequences), config)

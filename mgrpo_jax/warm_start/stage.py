@@ -167,6 +167,7 @@ def warm_start_agent(config, workdir: str, role: str) -> None:
   sft_config = SFTConfig(epochs=int(ws.epochs), batch_rows=int(ws.batch_rows),
                          buckets=SFT_BUCKETS, length_groups=SFT_LENGTH_GROUPS,
                          nll_every_epoch=False, nll_sequences=NLL_SEQUENCES,
+                         remat=str(config[role].model.remat),
                          seed=agent_setup.derive_seed(seed, "sft", role))
   optim = warm_start_optimizer(ws, len(sequences), sft_config)
   mesh = create_mesh(MeshConfig.from_config(config[role].mesh))

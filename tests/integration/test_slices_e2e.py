@@ -57,7 +57,7 @@ def launch(workdir, *extra, fault=None, machine=None, shared_cache=True):
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
   workdir = tmp_path_factory.mktemp("reference") / "run"
-  result = launch(workdir, shared_cache=False)  # the run's own cache (checked below)
+  result = launch(workdir, shared_cache=False)  # the default cache (checked below)
   assert result.returncode == 0, result.stdout[-4000:]
   return workdir, result.stdout
 
@@ -113,8 +113,8 @@ def test_two_slices_complete_every_step(reference):
       "step_00000001.json", "step_00000002.json"]
   assert {p.name for p in (workdir / "sub" / "cache").glob("step_*")} <= {
       "step_00000001", "step_00000002"}
-  # The run's persistent compilation cache holds the slices' compiled programs.
-  assert any(p.name.startswith("jit_") for p in (workdir / "jax_cache").iterdir())
+  # The persistent compilation cache beside the run holds the slices' compiled programs.
+  assert any(p.name.startswith("jit_") for p in (workdir.parent / "jax_cache").iterdir())
   # Each slice recorded the machine it computed on, and the report's table ends with it.
   for role in ("main_rl", "sub_rl"):
     (recorded,) = json.loads((workdir / "machines" / f"{role}.json").read_text())

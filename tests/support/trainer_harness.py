@@ -6,7 +6,7 @@ launches of a test session share one persistent compilation cache: the folder na
 `MGRPO_TESTS_COMPILATION_CACHE` (tests/integration/conftest.py sets it), passed as
 `experiment.compilation_cache_dir`. A cached program is the compiled program itself, so
 every result is bitwise what a cold compile gives; a launch with `shared_cache=False`
-keeps the run's own cache folder (the default a user gets).
+keeps the default a user gets (`jax_cache` beside the workdir).
 """
 
 from __future__ import annotations

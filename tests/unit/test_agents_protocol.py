@@ -65,6 +65,9 @@ def test_well_formed_transcripts_score_one(spec):
     {"name": "reason", "arguments": {"problem": "1+" * 600}}) + "</tool_call>",
    protocol.ARGUMENT_TOO_LONG),
   ("<thinking>x</thinking><tool_call>" + "[" * 5000 + "</tool_call>", protocol.BAD_JSON),
+  ("<think>x</thinking><result>y</result>", protocol.UNEXPECTED_TAG),
+  ("<think>x<thinking>y</thinking></think><result>y</result>", protocol.UNEXPECTED_TAG),
+  ("<think>x</think><thinking>y</thinking><result>y</result>", protocol.EXTRA_ACTION),
 ])
 def test_malformed_turns_give_typed_errors(text, code):
   parsed = specs.parse_action(specs.MAIN, text)
@@ -82,6 +85,32 @@ def test_rendered_actions_parse_back():
     assert parsed == protocol.ParsedAction(protocol.TOOL_CALL, "why", name=name, arguments=args)
   parsed = protocol.parse_turn(protocol.render_result(" 42 ", "t") + "<|im_end|>")
   assert parsed == protocol.ParsedAction(protocol.RESULT, "t", text="42")
+
+
+def test_qwen3_turns_parse_and_its_vocabulary_selects_its_dialect():
+  """Qwen3's own turn (`<think>` block, a tool call with the JSON on its own line) is
+  a protocol turn; the scripted agents write it so for a vocabulary with `<think>`."""
+  for spec in AGENTS:
+    name, args = GOOD_CALLS[spec.role]
+    text = protocol.render_tool_call(name, args, "why", protocol.QWEN3)
+    assert text.startswith("<think>\nwhy\n</think>\n\n<tool_call>\n{")
+    assert specs.parse_action(spec, text) == protocol.ParsedAction(
+        protocol.TOOL_CALL, "\nwhy\n", name=name, arguments=args)
+  parsed = protocol.parse_turn(protocol.render_result("42", "t", protocol.QWEN3) + "<|im_end|>")
+  assert parsed == protocol.ParsedAction(protocol.RESULT, "\nt\n", text="42")
+
+  class Vocabulary:
+    def __init__(self, tokens):
+      self.tokens = tokens
+
+    def token_to_id(self, token):
+      if token not in self.tokens:
+        raise KeyError(token)
+      return self.tokens.index(token)
+
+  assert protocol.dialect_for(Vocabulary(["<think>", "</think>"])) is protocol.QWEN3
+  assert protocol.dialect_for(Vocabulary(["<think>"])) is protocol.PROTOCOL
+  assert protocol.dialect_for(Vocabulary(["<thinking>", "</thinking>"])) is protocol.PROTOCOL
 
 
 def test_state_machine_transitions():

@@ -18,7 +18,11 @@ from safetensors.numpy import save_file
 from mgrpo_jax.models import WeightFileError, get_config, init_model, load_model
 from mgrpo_jax.models.weights.gguf import load_gguf
 from mgrpo_jax.models.weights.hf_layout import hf_tensors_from_model
-from mgrpo_jax.models.weights.safetensors import load_hf_folder, save_hf_folder
+from mgrpo_jax.models.weights.safetensors import (
+  folder_chat_template,
+  load_hf_folder,
+  save_hf_folder,
+)
 
 forward = nnx.jit(lambda model, ids: model(ids))
 IDS = np.array([[3, 17, 250, 9, 44, 0, 128]], np.int32)
@@ -45,6 +49,10 @@ def random_hf_tensors(config, seed: int) -> dict[str, np.ndarray]:
     if config.qkv_bias:
       out |= {p + "self_attn.q_proj.bias": w(q), p + "self_attn.k_proj.bias": w(kv),
               p + "self_attn.v_proj.bias": w(kv)}
+    if config.qk_norm:
+      h = config.head_dim
+      out |= {p + "self_attn.q_norm.weight": (1 + 0.3 * rng.standard_normal(h)).astype(np.float32),
+              p + "self_attn.k_norm.weight": (1 + 0.3 * rng.standard_normal(h)).astype(np.float32)}
   return out
 
 
@@ -69,8 +77,11 @@ def numpy_llama_logits(config, t: dict[str, np.ndarray], ids: np.ndarray) -> np.
     p = f"model.layers.{i}."
     lin = lambda y, name: y @ t[p + name + ".weight"].T + t.get(p + name + ".bias", 0.0)  # noqa: B023, E731
     a = rms(x, t[p + "input_layernorm.weight"])
-    qh = rope(lin(a, "self_attn.q_proj").reshape(seq, n, h), pos)
-    kh = rope(lin(a, "self_attn.k_proj").reshape(seq, k, h), pos)
+    qh = lin(a, "self_attn.q_proj").reshape(seq, n, h)
+    kh = lin(a, "self_attn.k_proj").reshape(seq, k, h)
+    if config.qk_norm:  # Qwen3: each head normalized over its h values, before RoPE
+      qh, kh = rms(qh, t[p + "self_attn.q_norm.weight"]), rms(kh, t[p + "self_attn.k_norm.weight"])
+    qh, kh = rope(qh, pos), rope(kh, pos)
     vh = lin(a, "self_attn.v_proj").reshape(seq, k, h)
     kh, vh = np.repeat(kh, n // k, axis=1), np.repeat(vh, n // k, axis=1)
     scores = np.einsum("tnh,snh->nts", qh, kh) / np.sqrt(h)
@@ -180,6 +191,55 @@ def test_qwen2_folder_with_bias_and_untied_head(tmp_path):
   np.testing.assert_allclose(forward(model, IDS)[0], want, atol=1e-4, rtol=0)
 
 
+def test_qwen3_folder_with_per_head_qk_norm(tmp_path):
+  config = get_config("tiny", qk_norm=True, head_dim=32, tie_embeddings=False,
+                      rms_norm_eps=1e-6, rope_theta=1e6)
+  tensors = random_hf_tensors(config, seed=3)
+  folder = write_hf_folder_by_hand(tmp_path / "qwen3", config, tensors, model_type="qwen3")
+  for scan in (False, True):
+    model = load_hf_folder(folder, scan_layers=scan)
+    assert model.config.qk_norm and not model.config.qkv_bias
+    want = numpy_llama_logits(config, tensors, IDS[0])
+    np.testing.assert_allclose(forward(model, IDS)[0], want, atol=1e-4, rtol=0)
+  without_norms = numpy_llama_logits(config.replace(qk_norm=False), tensors, IDS[0])
+  assert np.abs(without_norms - want).max() > 0.1  # the norms change the logits
+  assert set(hf_tensors_from_model(model)) == set(tensors)
+  saved = save_hf_folder(model, tmp_path / "saved")
+  assert json.loads((saved / "config.json").read_text())["architectures"] == ["Qwen3ForCausalLM"]
+  np.testing.assert_allclose(forward(load_model(saved), IDS), forward(model, IDS), atol=1e-5)
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("use_sliding_window", True, "use_sliding_window.*sliding-window attention"),
+    ("mlp_bias", True, "mlp_bias"),
+    ("attention_bias", True, "attention_bias: attention biases of the qwen3 type"),
+])
+def test_unsupported_config_fields_are_named(tmp_path, field, value, match):
+  config = get_config("tiny", qk_norm=True)
+  folder = write_hf_folder_by_hand(tmp_path / "q", config, random_hf_tensors(config, 0),
+                                   model_type="qwen3")
+  hf = json.loads((folder / "config.json").read_text())
+  (folder / "config.json").write_text(json.dumps({**hf, field: value}))
+  with pytest.raises(WeightFileError, match=match):
+    load_hf_folder(folder)
+
+
+def test_a_tensor_the_architecture_lacks_is_named(tmp_path, tiny_config, tiny_tensors):
+  """A Llama folder holding a Qwen3 norm (or an o_proj bias) is refused, not dropped;
+  old checkpoints' RoPE buffers and a head stored beside tied embeddings are ignored."""
+  extra = dict(tiny_tensors, **{"model.layers.0.self_attn.q_norm.weight": np.ones(16, np.float32)})
+  folder = write_hf_folder_by_hand(tmp_path / "extra", tiny_config, extra)
+  with pytest.raises(WeightFileError, match="'model.layers.0.self_attn.q_norm.weight' has no "
+                                            "place in this architecture"):
+    load_hf_folder(folder)
+  ignored = dict(tiny_tensors, **{
+      "model.layers.1.self_attn.rotary_emb.inv_freq": np.ones(8, np.float32),
+      "lm_head.weight": np.zeros((tiny_config.vocab_size, tiny_config.hidden_size), np.float32)})
+  model = load_hf_folder(write_hf_folder_by_hand(tmp_path / "ignored", tiny_config, ignored))
+  np.testing.assert_allclose(forward(model, IDS)[0],
+                             numpy_llama_logits(tiny_config, tiny_tensors, IDS[0]), atol=1e-4)
+
+
 def test_save_and_reload_sharded_folder(tmp_path):
   model = init_model(get_config("tiny", tie_embeddings=False), seed=5)
   folder = save_hf_folder(model, tmp_path / "out", max_shard_bytes=40_000)
@@ -268,3 +328,16 @@ def test_folder_errors_name_the_tensor_or_file(tmp_path, tiny_config, tiny_tenso
   (folder / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
   with pytest.raises(WeightFileError, match="model_type 'gpt2' is not supported"):
     load_hf_folder(folder)
+
+
+def test_a_folders_chat_template_file_wins_over_its_tokenizer_config(tmp_path):
+  """transformers saves the template as chat_template.jinja (read first), older folders
+  in tokenizer_config.json; a named-template list is refused naming the file."""
+  (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": "old"}))
+  assert folder_chat_template(tmp_path) == "old"
+  (tmp_path / "chat_template.jinja").write_text("{{ messages[0]['content'] }}")
+  assert folder_chat_template(tmp_path) == "{{ messages[0]['content'] }}"
+  (tmp_path / "chat_template.jinja").unlink()
+  (tmp_path / "tokenizer_config.json").write_text(json.dumps({"chat_template": [{}]}))
+  with pytest.raises(WeightFileError, match="tokenizer_config.json: chat_template must be"):
+    folder_chat_template(tmp_path)

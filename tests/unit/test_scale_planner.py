@@ -9,6 +9,8 @@ import pytest
 
 from mgrpo_jax.config import base_config
 from mgrpo_jax.models import get_config, init_cache, init_model
+from mgrpo_jax.models.config import LoraConfig
+from mgrpo_jax.models.lora import with_lora
 from mgrpo_jax.models.sharding import shard_kv_cache
 from mgrpo_jax.scale.planner import (
   Workload,
@@ -75,6 +77,25 @@ def test_scanned_model_plan_matches_too():
   assert plan.optimizer == pytest.approx(_device0_bytes((state.opt_state, state.step,
                                                          state.rng)), rel=0.05)
   assert {g.count for g in plan.groups} == {1}  # one stacked array per parameter kind
+
+
+def test_lora_plan_matches_the_allocated_adapters_and_base():
+  """With LoRA the plan counts the frozen base (bfloat16 here) and the float32 adapters as
+  parameters, and only the adapters' moments and gradients."""
+  lora = LoraConfig(rank=4, alpha=8.0, targets=("q", "v", "up"))
+  config = CONFIG.replace(param_dtype=jnp.bfloat16)
+  mesh_config = MeshConfig(data=2, fsdp=2, tensor=2)
+  plan = plan_memory("main", "tiny", config.replace(lora=lora), mesh_config, TX, WORKLOAD)
+  base = init_model(config, seed=0)
+  state, layout = create_train_state(with_lora(base, lora, seed=1), TX,
+                                     create_mesh(mesh_config), seed=0)
+  assert plan.parameters == _device0_bytes(state.params) + _device0_bytes(layout.frozen)
+  assert plan.optimizer == pytest.approx(_device0_bytes((state.opt_state, state.step,
+                                                         state.rng)), rel=0.05)
+  assert plan.gradients == _device0_bytes(state.params)  # float32 adapters, no base
+  full = plan_memory("main", "tiny", CONFIG, mesh_config, TX, WORKLOAD)
+  assert plan.optimizer < 0.2 * full.optimizer and plan.parameters < 0.7 * full.parameters
+  assert "LoRA rank 4 on q,v,up" in format_plan(plan)
 
 
 def test_activation_lines_follow_the_documented_formulas():

@@ -4,6 +4,7 @@ one message at a time, to the ids of the whole rendered text; errors; the config
 from __future__ import annotations
 
 import json
+import pathlib
 import random
 
 import pytest
@@ -144,3 +145,75 @@ def test_config_selects_the_template(llama3, tmp_path):
     chat_template(str(config), llama3, "sub.model.chat_template")
   with pytest.raises(ValueError, match="main.model.chat_template: 'nope.jinja' is neither"):
     chat_template("nope.jinja", llama3, "main.model.chat_template")
+
+
+QWEN3_TEMPLATE = (pathlib.Path(__file__).parents[1] / "support" / "chat_templates"
+                  / "qwen3.jinja").read_text()
+QWEN3_SPECIALS = ("<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>",
+                  "</tool_call>", "<tool_response>", "</tool_response>")
+
+
+@pytest.fixture(scope="module")
+def qwen3(tmp_path_factory) -> GGUFTokenizer:
+  """A byte-fallback BPE with Qwen3's special tokens and chat template."""
+  rng = random.Random(1)
+  corpus = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12))) + rng.choice(".\n?")
+            for _ in range(200)]
+  backend = sentencepiece_backend(
+      SentencePieceTokenizer.train(corpus, tmp_path_factory.mktemp("spm_qwen3"), 400))
+  backend.add_special_tokens([tokenizers.AddedToken(s, special=True, normalized=False)
+                              for s in QWEN3_SPECIALS])
+  return GGUFTokenizer(backend, bos_id=None, eos_id=backend.token_to_id("<|im_end|>"),
+                       pad_id=None, chat_template=QWEN3_TEMPLATE)
+
+
+def _sampled_turn(conv: Conversation, tokenizer, text: str) -> None:
+  conv.add_generation_prompt()
+  conv.append_sampled(tokenizer.encode(text) + [tokenizer.eos_id])
+  conv.end_turn()
+
+
+QWEN3_TURNS = ('<think>\nthe press page\n</think>\n\n<tool_call>\n{"name": "search", '
+               '"arguments": {"query": "river press"}}\n</tool_call>',
+               "<think>\nthe page says who\n</think>\n\n<result>the city</result>")
+
+
+def test_qwen3_conversation_is_its_template_rendering(qwen3):
+  """Turns written as Qwen3 writes them (a think block, then the action): message by
+  message, the ids are those of the template's rendering of the whole conversation."""
+  conv = render_chat(qwen3, MESSAGES)
+  _sampled_turn(conv, qwen3, QWEN3_TURNS[0])
+  conv.append_message("user", "<tool_response>page 3: the river city</tool_response>")
+  _sampled_turn(conv, qwen3, QWEN3_TURNS[1])
+  conv.append_message("user", "<tool_response>done</tool_response>")
+  conv.add_generation_prompt()
+  messages = [*MESSAGES, {"role": "assistant", "content": QWEN3_TURNS[0]},
+              {"role": "user", "content": "<tool_response>page 3: the river city</tool_response>"},
+              {"role": "assistant", "content": QWEN3_TURNS[1]},
+              {"role": "user", "content": "<tool_response>done</tool_response>"}]
+  text = TemplateFormat(QWEN3_TEMPLATE).render(messages, add_generation_prompt=True)
+  assert text.endswith("<|im_start|>assistant\n")
+  assert "<think>\nthe press page\n</think>" in text
+  assert conv.ids.tolist() == qwen3.encode(text)
+
+
+def test_qwen3_new_question_after_a_turn_appends_its_own_block(qwen3):
+  """A user message that is not a tool response makes Qwen3's template drop the earlier
+  turns' reasoning; the turn's sampled ids stay and the message follows its closing."""
+  conv = render_chat(qwen3, MESSAGES)
+  _sampled_turn(conv, qwen3, QWEN3_TURNS[0])
+  before = conv.ids.tolist()
+  conv.append_message("user", "answer now")
+  assert conv.ids.tolist() == before + qwen3.encode("<|im_start|>user\nanswer now<|im_end|>\n")
+  assert before[-2:] == qwen3.encode("<|im_end|>\n")
+
+
+def test_templates_reading_the_first_message_render_an_empty_history(llama3):
+  """Qwen2.5's and Llama 3.1's templates read messages[0]: an empty history is no text."""
+  template = (pathlib.Path(__file__).parents[1] / "support" / "chat_templates"
+              / "qwen2_5.jinja").read_text()
+  tok = GGUFTokenizer(llama3.backend, bos_id=None, eos_id=None, pad_id=None,
+                      chat_template=template)
+  conv = Conversation(tok)
+  conv.append_message("user", "who")
+  assert conv.decode().startswith("<|im_start|>system\nYou are Qwen")

@@ -25,8 +25,11 @@ def _config(folder=None, run_id="r1"):
   return config
 
 
-def test_the_default_is_a_folder_of_the_run(tmp_path):
-  assert compilation_cache_dir(_config(), str(tmp_path / "run")) == str(
+def test_the_default_lies_beside_the_run_for_every_run_of_its_folder(tmp_path):
+  assert compilation_cache_dir(_config(), str(tmp_path / "run")) == str(tmp_path / "jax_cache")
+  assert compilation_cache_dir(_config(run_id="r2"), str(tmp_path / "other")) == str(
+      tmp_path / "jax_cache")
+  assert compilation_cache_dir(_config("jax_cache"), str(tmp_path / "run")) == str(
       tmp_path / "run" / "jax_cache")
 
 
@@ -38,7 +41,7 @@ def test_absolute_and_remote_folders_are_kept(tmp_path, folder):
 def test_a_remote_workdir_keeps_the_cache_in_its_local_folder(tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
   assert compilation_cache_dir(_config(run_id="r7"), "gs://bucket/runs/r7") == str(
-      pathlib.Path(tmp_path, "runs_local", "r7", "jax_cache").resolve())
+      pathlib.Path(tmp_path, "runs_local", "jax_cache").resolve())
 
 
 def test_empty_leaves_jax_alone(tmp_path):
@@ -58,7 +61,7 @@ def restored_jax_cache_config():
 def test_enabling_keeps_every_program(tmp_path, monkeypatch, restored_jax_cache_config):
   monkeypatch.delenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", raising=False)
   jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
-  folder = enable_compilation_cache(_config(), str(tmp_path))
+  folder = enable_compilation_cache(_config(), str(tmp_path / "run"))
   assert folder == jax.config.jax_compilation_cache_dir == str(tmp_path / "jax_cache")
   assert jax.config.jax_persistent_cache_min_compile_time_secs == MIN_COMPILE_TIME_S == 0.0
 

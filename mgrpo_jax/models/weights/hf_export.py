@@ -1,8 +1,9 @@
 """A model and its tokenizer as a Hugging Face folder that transformers (and servers) load.
 
 `export_hf_folder(model, tokenizer, folder, chat_template=...)` writes:
-  config.json              Llama architecture (Qwen2 with q/k/v biases); a smeared-key
-                           model is `mgrpo_llama` with an `auto_map` to its modeling file
+  config.json              Llama architecture (Qwen2 with q/k/v biases, Qwen3 with per-head
+                           q/k norms); a smeared-key model is `mgrpo_llama` with an
+                           `auto_map` to its modeling file
   model.safetensors        float32 tensors in the HF layout (`hf_layout`)
   generation_config.json   the tokenizer's BOS/EOS/pad ids (generation stops at EOS)
   tokenizer.json, tokenizer_config.json
@@ -33,7 +34,8 @@ def export_hf_folder(model: Transformer, tokenizer: Any, folder: str | os.PathLi
   """Writes `model` and `tokenizer` as the folder of the module docstring; returns it.
 
   Args:
-    model: the model; float32 weights are written whatever its `param_dtype`.
+    model: the model; float32 weights are written whatever its `param_dtype`, LoRA
+      adapters merged into their base weights.
     tokenizer: the model's `SentencePieceTokenizer` or `GGUFTokenizer` (its vocabulary
       size must be the model's).
     folder: the output folder (created; files of the same names are replaced).
@@ -47,7 +49,7 @@ def export_hf_folder(model: Transformer, tokenizer: Any, folder: str | os.PathLi
     raise ValueError(f"the tokenizer has {tokenizer.vocab_size} ids but the model's embedding "
                      f"only {config.vocab_size} rows")
   folder = pathlib.Path(folder)
-  save_hf_folder(model, folder, model_type="qwen2" if config.qkv_bias else "llama")
+  save_hf_folder(model, folder)
   special = {"bos_token_id": tokenizer.bos_id, "eos_token_id": tokenizer.eos_id,
              "pad_token_id": tokenizer.pad_id}
   special = {k: v for k, v in special.items() if v is not None}

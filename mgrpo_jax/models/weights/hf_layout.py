@@ -4,7 +4,8 @@ Loaders (GGUF, safetensors) produce a mapping from HF parameter names
 (`model.layers.3.self_attn.q_proj.weight`, matrices stored [out, in]) to numpy arrays.
 This module converts such a mapping into a `Transformer` (checking every shape against
 the config and naming the offending tensor), converts a model back into it, and reads
-and writes the `config.json` fields of the Llama and Qwen2 families.
+and writes the `config.json` fields of the Llama (Llama 3.x, SmolLM2), Qwen2 (Qwen2.5)
+and Qwen3 (dense) families.
 """
 
 from __future__ import annotations
@@ -37,10 +38,17 @@ _BLOCK_TENSORS = {
     "self_attn.q_proj.bias": (("attn", "q_proj", "bias"), False),
     "self_attn.k_proj.bias": (("attn", "k_proj", "bias"), False),
     "self_attn.v_proj.bias": (("attn", "v_proj", "bias"), False),
+    "self_attn.q_norm.weight": (("attn", "q_norm", "scale"), False),
+    "self_attn.k_norm.weight": (("attn", "k_norm", "scale"), False),
     "mlp.gate_proj.weight": (("mlp", "gate_proj", "kernel"), True),
     "mlp.up_proj.weight": (("mlp", "up_proj", "kernel"), True),
     "mlp.down_proj.weight": (("mlp", "down_proj", "kernel"), True),
 }
+_QK_NORM_SUFFIXES = ("self_attn.q_norm.weight", "self_attn.k_norm.weight")
+# Tensors some folders hold that the model computes or ties instead: old checkpoints'
+# RoPE frequencies, and an LM head stored beside tied embeddings (transformers ties it
+# to the embedding on load, so does this loader).
+_IGNORED = re.compile(r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq")
 # The key-smear logits [K] of a smeared-key model (`ModelConfig.smeared_keys`); only the
 # `mgrpo_llama` model type (its modeling file ships with an export) has them.
 SMEAR_SUFFIX = "self_attn.key_smear"
@@ -58,6 +66,8 @@ def hf_parameter_map(config: ModelConfig) -> dict[str, tuple[tuple[str | int, ..
   for i in range(config.num_layers):
     for suffix, (path, transposed) in _BLOCK_TENSORS.items():
       if suffix.endswith(".bias") and not config.qkv_bias:
+        continue
+      if suffix in _QK_NORM_SUFFIXES and not config.qk_norm:
         continue
       names[f"model.layers.{i}.{suffix}"] = (("layers", i, *path), transposed)
     if config.smeared_keys:
@@ -85,17 +95,23 @@ def model_from_hf_tensors(config: ModelConfig, tensors: Mapping[str, np.ndarray]
   """
   display_names = display_names or {}
   show = lambda name: display_names.get(name, name)  # noqa: E731
+  expected_names = hf_parameter_map(config)
   for name in tensors:
     match = _LAYER_NAME.fullmatch(name)
     if match and int(match.group(1)) >= config.num_layers:
       raise WeightFileError(f"{source}: tensor {show(name)!r} belongs to layer "
                             f"{match.group(1)} but the config has {config.num_layers} layers")
+    tied_head = name == "lm_head.weight" and config.tie_embeddings
+    if name not in expected_names and not tied_head and not _IGNORED.fullmatch(name):
+      raise WeightFileError(f"{source}: tensor {show(name)!r} has no place in this "
+                            "architecture (a bias, norm or layer the config does not "
+                            "describe)")
   unrolled = config.replace(scan_layers=False)
   by_path: dict[tuple[str | int, ...], np.ndarray] = {}
   expected_shapes = nnx.state(nnx.eval_shape(lambda: Transformer(unrolled, rngs=nnx.Rngs(0))))
   flat_expected = {_state_path(p): x.shape for p, x in
                    jax.tree_util.tree_flatten_with_path(expected_shapes)[0]}
-  for name, (path, transposed) in hf_parameter_map(config).items():
+  for name, (path, transposed) in expected_names.items():
     if name not in tensors:
       raise WeightFileError(f"{source}: missing tensor {show(name)!r}")
     array = np.asarray(tensors[name])
@@ -135,17 +151,30 @@ def hf_tensors_from_model(model: Transformer) -> dict[str, np.ndarray]:
 
 SMEARED_MODEL_TYPE = "mgrpo_llama"
 _ARCHITECTURES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
-                  SMEARED_MODEL_TYPE: "MgrpoLlamaForCausalLM"}
+                  "qwen3": "Qwen3ForCausalLM", SMEARED_MODEL_TYPE: "MgrpoLlamaForCausalLM"}
 # The modeling file of `mgrpo_llama` (a Llama with smeared keys) in an exported folder.
 SMEARED_MODELING_MODULE = "modeling_mgrpo"
 
 
+def _check_unsupported(hf: Mapping[str, Any], model_type: str, source: str) -> None:
+  """Raises for config fields that change the computation in ways this model lacks."""
+  if hf.get("use_sliding_window") or "sliding_attention" in (hf.get("layer_types") or ()):
+    raise WeightFileError(f"{source}: use_sliding_window / layer_types: sliding-window "
+                          "attention is not supported")
+  if hf.get("mlp_bias"):
+    raise WeightFileError(f"{source}: mlp_bias: MLP biases are not supported")
+  if model_type != "qwen2" and hf.get("attention_bias"):
+    raise WeightFileError(f"{source}: attention_bias: attention biases of the {model_type} "
+                          "type (o_proj included) are not supported")
+
+
 def config_from_hf_dict(hf: Mapping[str, Any], source: str, **overrides: Any) -> ModelConfig:
-  """Reads a Llama or Qwen2 `config.json` into a `ModelConfig`."""
+  """Reads a Llama, Qwen2 or Qwen3 `config.json` into a `ModelConfig`."""
   model_type = hf.get("model_type")
   if model_type not in _ARCHITECTURES:
     raise WeightFileError(f"{source}: model_type {model_type!r} is not supported "
                           f"(supported: {sorted(_ARCHITECTURES)})")
+  _check_unsupported(hf, model_type, source)
   try:
     heads = int(hf["num_attention_heads"])
     hidden = int(hf["hidden_size"])
@@ -169,6 +198,7 @@ def config_from_hf_dict(hf: Mapping[str, Any], source: str, **overrides: Any) ->
         rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
         tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
         qkv_bias=bool(hf.get("attention_bias", model_type == "qwen2")),
+        qk_norm=model_type == "qwen3",
         max_seq_len=int(hf.get("max_position_embeddings", 2048)), rope_scaling=scaling,
         smeared_keys=model_type == SMEARED_MODEL_TYPE)
   except KeyError as e:
@@ -180,14 +210,28 @@ def config_from_hf_dict(hf: Mapping[str, Any], source: str, **overrides: Any) ->
   return ModelConfig(**fields)
 
 
-def hf_config_dict(config: ModelConfig, model_type: str = "llama") -> dict[str, Any]:
-  """The `config.json` content describing `config` (inverse of `config_from_hf_dict`).
+def hf_model_type(config: ModelConfig) -> str:
+  """The Hugging Face model type of `config`'s architecture: qwen3 (per-head q/k norms),
+  qwen2 (q/k/v biases), else llama; `hf_config_dict` makes a smeared-key model
+  `mgrpo_llama`."""
+  if config.qk_norm:
+    return "qwen3"
+  return "qwen2" if config.qkv_bias else "llama"
+
+
+def hf_config_dict(config: ModelConfig, model_type: str | None = None) -> dict[str, Any]:
+  """The `config.json` content describing `config` (inverse of `config_from_hf_dict`);
+  `model_type` defaults to `hf_model_type(config)`.
 
   A smeared-key model is always model type `mgrpo_llama`, whose `auto_map` names the
   modeling file an export ships (`trust_remote_code=True` loads it).
   """
+  model_type = model_type or hf_model_type(config)
   if model_type not in _ARCHITECTURES:
     raise ValueError(f"model_type must be one of {sorted(_ARCHITECTURES)}, got {model_type!r}")
+  if config.qk_norm != (model_type == "qwen3"):
+    raise ValueError(f"model_type {model_type!r} with qk_norm={config.qk_norm}: per-head q/k "
+                     "norms are the qwen3 type's, and only its")
   if config.smeared_keys:
     model_type = SMEARED_MODEL_TYPE
   elif model_type == SMEARED_MODEL_TYPE:

@@ -1,4 +1,4 @@
-"""Hugging Face style checkpoint folders: `config.json` + `*.safetensors` (Llama, Qwen2).
+"""Hugging Face style checkpoint folders: `config.json` + `*.safetensors` (Llama, Qwen2, Qwen3).
 
 A folder holds either one `model.safetensors` or several shards listed by
 `model.safetensors.index.json` (`{"weight_map": {tensor name: file name}}`). Tensors are
@@ -18,12 +18,12 @@ from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
 from mgrpo_jax.models.config import ModelConfig
+from mgrpo_jax.models.lora import merged_hf_tensors
 from mgrpo_jax.models.transformer import Transformer
 from mgrpo_jax.models.weights.hf_layout import (
     WeightFileError,
     config_from_hf_dict,
     hf_config_dict,
-    hf_tensors_from_model,
     model_from_hf_tensors,
 )
 
@@ -85,14 +85,16 @@ def load_hf_folder(folder: str | pathlib.Path, **overrides: Any) -> Transformer:
   return model_from_hf_tensors(config, read_hf_tensors(folder), str(folder))
 
 
-def save_hf_folder(model: Transformer, folder: str | pathlib.Path, model_type: str = "llama",
+def save_hf_folder(model: Transformer, folder: str | pathlib.Path, model_type: str | None = None,
                    max_shard_bytes: int | None = None) -> pathlib.Path:
-  """Writes `model` as config.json + float32 safetensors (sharded above `max_shard_bytes`)."""
+  """Writes `model` as config.json + float32 safetensors (sharded above `max_shard_bytes`);
+  `model_type` defaults to the architecture's (`hf_layout.hf_model_type`). A model with
+  LoRA adapters is written merged (`lora.merged_hf_tensors`)."""
   folder = pathlib.Path(folder)
   folder.mkdir(parents=True, exist_ok=True)
   (folder / CONFIG_FILE).write_text(json.dumps(hf_config_dict(model.config, model_type),
                                                indent=2))
-  tensors = hf_tensors_from_model(model)
+  tensors = merged_hf_tensors(model)
   shards: list[dict[str, np.ndarray]] = [{}]
   size = 0
   for name, array in tensors.items():
@@ -114,13 +116,32 @@ def save_hf_folder(model: Transformer, folder: str | pathlib.Path, model_type: s
   return folder
 
 
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
+
+
+def folder_chat_template(folder: pathlib.Path) -> str | None:
+  """The chat template of a Hugging Face folder: `chat_template.jinja` (where recent
+  transformers versions save it), else `tokenizer_config.json`'s `chat_template`; None
+  without either."""
+  jinja = folder / CHAT_TEMPLATE_FILE
+  if jinja.is_file():
+    return jinja.read_text(encoding="utf-8")
+  tokenizer_config_path = folder / "tokenizer_config.json"
+  template = (_read_json(tokenizer_config_path).get("chat_template")
+              if tokenizer_config_path.is_file() else None)
+  if template is not None and not isinstance(template, str):
+    raise WeightFileError(f"{tokenizer_config_path}: chat_template must be a string (named "
+                          "templates are not supported)")
+  return template
+
+
 def load_folder_tokenizer(folder: str | pathlib.Path):
   """The tokenizer of a HF folder, as a `mgrpo_jax.text` tokenizer.
 
   A folder written by `GGUFTokenizer.save` (tokenizer.json + special_ids.json) loads
   as saved; otherwise `tokenizer.json` is wrapped with the special ids of
   `config.json` (`generation_config.json`'s `eos_token_id` wins; the first of a list)
-  and the chat template of `tokenizer_config.json`.
+  and the folder's chat template (`folder_chat_template`).
   """
   import tokenizers
 
@@ -141,11 +162,6 @@ def load_folder_tokenizer(folder: str | pathlib.Path):
   generation = _read_json(generation_path) if generation_path.is_file() else {}
   first = lambda v: v[0] if isinstance(v, list) else v  # noqa: E731
   eos = first(generation.get("eos_token_id", config.get("eos_token_id")))
-  tokenizer_config_path = folder / "tokenizer_config.json"
-  template = (_read_json(tokenizer_config_path).get("chat_template")
-              if tokenizer_config_path.is_file() else None)
-  if template is not None and not isinstance(template, str):
-    raise WeightFileError(f"{tokenizer_config_path}: chat_template must be a string (named "
-                          "templates are not supported)")
+  template = folder_chat_template(folder)
   return GGUFTokenizer(backend, bos_id=first(config.get("bos_token_id")), eos_id=eos,
                        pad_id=first(config.get("pad_token_id")), chat_template=template)
