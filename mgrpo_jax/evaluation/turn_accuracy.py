@@ -11,6 +11,10 @@ write exactly the oracle's turn. One forward pass per batch, no sampling noise.
 
   turn_accuracy = mean over turns of  prod_{t in turn} [argmax_v p(v | y_<t) = y_t]
 
+A turn is scored up to the end of its action (`protocol.STOP_STRINGS`), where a rollout's
+sampler stops: the demonstrated end-of-turn token after it is never sampled in RL (the
+chat format appends it), so RL never trains it and it is not the agent's choice.
+
 reported for all turns and per action kind ("delegate", "reason", "answer" for M and
 the single agent, "search", "visit", "report" for S).
 """
@@ -36,6 +40,17 @@ def turn_spans(loss_mask: np.ndarray) -> list[tuple[int, int]]:
   sampled = np.concatenate([[0], (np.asarray(loss_mask) > 0).astype(np.int8), [0]])
   edges = np.flatnonzero(np.diff(sampled))
   return list(zip(edges[0::2].tolist(), edges[1::2].tolist(), strict=True))
+
+
+def scored_end(ids: np.ndarray, begin: int, end: int, tokenizer: Tokenizer) -> int:
+  """End of the part of turn `ids[begin:end]` a rollout samples: the shortest prefix that
+  holds its action's stop string (`protocol.STOP_STRINGS`), or the whole turn."""
+  def stops(stop: int) -> bool:
+    text = tokenizer.decode(ids[begin:stop].tolist())
+    return any(s in text for s in protocol.STOP_STRINGS)
+  while end - 1 > begin and stops(end - 1):
+    end -= 1
+  return end
 
 
 def turn_kind(text: str, role: str) -> str:
@@ -83,6 +98,7 @@ def turn_accuracy(model: nnx.Module, sequences: Sequence[TokenSequence], tokeniz
     for row, sequence in enumerate(chunk):
       for begin, end in turn_spans(sequence.loss_mask):
         kind = turn_kind(tokenizer.decode(sequence.ids[begin:end].tolist()), role)
+        end = scored_end(sequence.ids, begin, end, tokenizer)
         # Slot t - 1 predicts token t.
         correct = bool(np.all(predicted[row, begin - 1:end - 1] == sequence.ids[begin:end]))
         for key in ("all", kind):

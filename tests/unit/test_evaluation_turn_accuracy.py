@@ -27,13 +27,13 @@ class BigramModel(nnx.Module):
 
 
 class FixedTokenizer:
-  """Decodes a turn's ids to the text the test assigns to that exact id tuple."""
+  """Decodes ids to the text the test assigns to that exact id tuple (others: "")."""
 
   def __init__(self, texts):
     self.texts = texts
 
   def decode(self, ids):
-    return self.texts[tuple(ids)]
+    return self.texts.get(tuple(ids), "")
 
 
 def _sequence(ids, mask):
@@ -82,6 +82,22 @@ def test_a_turn_counts_only_if_every_token_is_the_argmax_of_the_slot_before():
   rates = turn_accuracy(BigramModel(table), [seq, seq], tokenizer, "sub", batch_rows=1,
                         buckets=(8,))
   assert rates == {"all": 1.0, "report": 1.0, "search": 1.0, "num_turns": 4.0}
+
+
+def test_a_turn_is_scored_up_to_its_stop_string_not_the_end_of_turn_token():
+  # Turn [2, 3, 4]: its action ends at 3 (the stop string), 4 is the end-of-turn token
+  # the chat format appends in a rollout. The model predicts 2 and 3, then 9 for 4.
+  table = np.arange(VOCAB)
+  table[[1, 2, 3]] = [2, 3, 9]
+  result = protocol.render_result("r", "t")
+  seq = _sequence([1, 2, 3, 4], [0, 1, 1, 1])
+  tokenizer = FixedTokenizer({(2, 3, 4): result + protocol.END_OF_TURN, (2, 3): result})
+  rates = turn_accuracy(BigramModel(table), [seq], tokenizer, "sub", buckets=(8,))
+  assert rates == {"all": 1.0, "report": 1.0, "num_turns": 1.0}
+  # Without the stop string before the last token, every token of the turn counts.
+  tokenizer = FixedTokenizer({(2, 3, 4): result, (2, 3): "<thinking>t</thinking><result>r"})
+  rates = turn_accuracy(BigramModel(table), [seq], tokenizer, "sub", buckets=(8,))
+  assert rates == {"all": 0.0, "report": 0.0, "num_turns": 1.0}
 
 
 def test_no_sequences_is_an_error():
