@@ -16,6 +16,10 @@ With `curriculum.stage2_steps` = N2 > 0, `--slice=all` runs, after this run's st
            (`world.question_ids`), evaluated on stage 2's held-out questions before (the
            stage-1 agents) and after, with its own report.
 
+A finished run may be continued with stage 2 (`curriculum.*` may change when a run
+resumes: stage 2 is its own run, with its own fingerprint); a selection made with other
+`curriculum.success_*` values is refused by name (`check_selection`).
+
 The paper measures stage 2's success under the untrained system; the released code's
 documents describe "selected low-success queries" for its second session. Here the
 stage-1 policy's own success rates select them, so stage 2 trains where stage 1 left
@@ -30,6 +34,7 @@ import pathlib
 
 import numpy as np
 
+from mgrpo_jax.config import ConfigError
 from mgrpo_jax.config.modes import parse_mode
 from mgrpo_jax.evaluation import held_out
 from mgrpo_jax.scale.writers import log
@@ -75,6 +80,19 @@ def check_stage2(config, paths: RunPaths) -> None:
   """Fails before stage 1 (a ValueError naming the key) when stage 2's question types are
   not in the rendering's stage-2 mixture."""
   question_mixture(stage2_config(config, paths, selected=False).world)
+
+
+def check_selection(config, folder: pathlib.Path) -> None:
+  """Raises ConfigError naming the key when `folder`'s selection was made with another
+  `curriculum.success_threshold` or `curriculum.success_samples` than `config`'s."""
+  selection = json.loads((folder / SELECTION).read_text())
+  for key, field, cast in (("success_threshold", "threshold", float),
+                           ("success_samples", "samples", int)):
+    value = cast(config.curriculum[key])
+    if selection[field] != value:
+      raise ConfigError(f"config key 'curriculum.{key}' is {value!r}, but stage 2's "
+                        f"questions in {folder / SELECTION} were chosen with "
+                        f"{selection[field]!r}")
 
 
 def run_selection_stage(config, workdir: str) -> dict:

@@ -168,7 +168,9 @@ def _run_stage2(config, workdir: str, spawn) -> None:
   `select_stage2` child (once), then its own run in `<workdir>/stage2`."""
   paths = RunPaths.from_config(config, workdir)
   folder = curriculum.stage2_folder(paths)
-  if not (folder / curriculum.SELECTION).exists():
+  if (folder / curriculum.SELECTION).exists():
+    curriculum.check_selection(config, folder)
+  else:
     spawn(config, workdir, ("all",), "select_stage2")
   log(f"stage 2: {folder}")
   run_all(curriculum.stage2_config(config, paths), str(folder), spawn)

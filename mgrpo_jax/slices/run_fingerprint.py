@@ -33,6 +33,7 @@ RESUMABLE_KEYS: tuple[str, ...] = (
     "checkpoint.keep",  # which old checkpoints are kept (the pipeline sets keep_period
     "checkpoint.keep_period",  # from eval.every)
     "main.mesh.", "sub.mesh.",  # restores reshard onto any mesh shape
+    "curriculum.",  # stage 2 is its own run after this one (slices/curriculum.py)
 )
 # Keys whose empty value means "derived by the pipeline": `--slice=all` starts its RL
 # slices from the warm start (`pipeline.with_init_checkpoints`), which `warm_start.*`

@@ -51,7 +51,8 @@ def test_resumable_keys_may_change(tmp_path):
   check_fingerprint(_config(**{"experiment.num_steps": 50, "logging.tensorboard": False,
                                "eval.every": 5, "serving.deadline_s": 5.0,
                                "serving.port": 4000, "checkpoint.keep_period": 5,
-                               "main.mesh.data": 2}), str(tmp_path))
+                               "main.mesh.data": 2, "curriculum.stage2_steps": 20}),
+                    str(tmp_path))
 
 
 def test_an_empty_init_checkpoint_matches_the_one_the_pipeline_derives(tmp_path):

@@ -1,0 +1,43 @@
+"""Stage 2's selection is reused only with the curriculum values it was made with."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mgrpo_jax.config import ConfigError, apply_overrides, base_config
+from mgrpo_jax.slices import curriculum
+
+
+def _config(**overrides):
+  config = base_config()
+  apply_overrides(config, overrides)
+  return config
+
+
+def _write_selection(folder, threshold, samples):
+  folder.mkdir(parents=True, exist_ok=True)
+  (folder / curriculum.SELECTION).write_text(json.dumps(
+      {"threshold": threshold, "samples": samples, "candidates": 2, "kept": ["a"],
+       "mean_rate": 0.5, "rates": {"a": 0.0, "b": 1.0}}))
+
+
+def test_a_selection_made_with_the_same_values_is_reused(tmp_path):
+  _write_selection(tmp_path, 0.5, 4)
+  curriculum.check_selection(_config(**{"curriculum.success_threshold": 0.5,
+                                        "curriculum.success_samples": 4}), tmp_path)
+
+
+@pytest.mark.parametrize("key, value, recorded", [
+    ("curriculum.success_threshold", 0.25, 0.5),
+    ("curriculum.success_samples", 8, 4),
+])
+def test_a_selection_made_with_other_values_is_refused_by_name(tmp_path, key, value,
+                                                               recorded):
+  _write_selection(tmp_path, 0.5, 4)
+  config = _config(**{"curriculum.success_threshold": 0.5, "curriculum.success_samples": 4,
+                      key: value})
+  with pytest.raises(ConfigError, match=rf"'{key}' is {value!r}, but .* chosen with "
+                                        rf"{recorded!r}"):
+    curriculum.check_selection(config, tmp_path)
