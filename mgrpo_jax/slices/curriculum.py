@@ -126,21 +126,29 @@ def run_selection_stage(config, workdir: str) -> dict:
 def success_rates(config, root: pathlib.Path, tasks, sources: dict[str, held_out.Source]
                   ) -> dict[str, float]:
   """{question id: fraction of `curriculum.success_samples` sampled rollouts answered
-  right} of `tasks.questions` under the agents `sources` names."""
+  right} of `tasks.questions` under the agents `sources` names.
+
+  The questions are rolled out a chunk at a time, about an RL step's B x K rollouts each
+  (so a chunk's sampling programs are RL's, and no batch outgrows the sampler's buckets),
+  each chunk with its own key."""
   mode = parse_mode(str(config.experiment.mode))
   main = held_out.load_agent(config, "main", root, sources["main"])
   sub = None
   if mode.sub_agent:
     sub = main if mode.shared else held_out.load_agent(config, "sub", root, sources["sub"])
   main_spec, sub_spec = agent_setup.agent_specs(config)
-  result = held_out.evaluate(
-      mode, main, sub, tasks.registry, agent_setup.rollout_config(config), tasks.questions,
-      samples=int(config.curriculum.success_samples),
-      key=agent_setup.derive_seed(int(config.experiment.seed), "stage2_selection"),
-      main_spec=main_spec, sub_spec=sub_spec, rendering=world_rendering(config))
+  samples = int(config.curriculum.success_samples)
+  rollouts = int(config.mgrpo.queries_per_step) * int(config.mgrpo.rollouts_per_query)
+  chunk = max(1, rollouts // samples)
   outcomes: dict[str, list[float]] = {q.id: [] for q in tasks.questions}
-  for record in result.main:
-    outcomes[record.query_id].append(float(record.correct))
+  for start in range(0, len(tasks.questions), chunk):
+    result = held_out.evaluate(
+        mode, main, sub, tasks.registry, agent_setup.rollout_config(config),
+        tasks.questions[start:start + chunk], samples=samples,
+        key=agent_setup.derive_seed(int(config.experiment.seed), "stage2_selection", start),
+        main_spec=main_spec, sub_spec=sub_spec, rendering=world_rendering(config))
+    for record in result.main:
+      outcomes[record.query_id].append(float(record.correct))
   return {qid: float(np.mean(values)) for qid, values in outcomes.items()}
 
 
