@@ -129,7 +129,9 @@ def test_r_s_is_that_of_the_calls_made_when_the_run_logged_it(sweep):
   runs = load_runs(sweep)
   assert reward_curve(runs[0], "sub", ("sub/reward_made_mean", "sub/reward_mean")) == [
       0.2, 0.3, 0.4]
-  with MetricsWriter(sweep / "mgrpo-s0" / "logs" / "sub", tensorboard=False) as writer:
+  logs = sweep / "mgrpo-s0" / "logs" / "sub"
+  (logs / "metrics.jsonl").unlink()  # the same run, logged by a version with the key
+  with MetricsWriter(logs, tensorboard=False) as writer:
     for step, made in enumerate((0.5, 0.6, 0.7)):
       writer.write(step, {"sub/reward_mean": 0.0, "sub/reward_made_mean": made})
   run = load_runs(sweep)[0]
