@@ -312,6 +312,10 @@ SPEC: dict[str, Any] = {
         "success_threshold": Field(0.5, "Stage 2 keeps the training questions whose success "
                                    "rate is at most this (the paper's low-success filter).",
                                    low=0.0, high=1.0),
+        "learning_rate_scale": Field(1.0, "Stage 2's peak learning rate of each trained "
+                                     "agent, as a multiple of its <agent>.optim."
+                                     "learning_rate (its schedule starts again: warm-up, "
+                                     "then decay over stage2_steps).", low=0.0),
     },
     "eval": {
         "enabled": Field(False, "Evaluate on the held-out test world before and after RL "

@@ -136,6 +136,8 @@ def _check_cross_keys(config: Mapping[str, Any]) -> None:
   if config["curriculum"]["stage2_steps"] and config["world"]["source"] != "generated":
     _fail("curriculum.stage2_steps", "stage 2 draws the generated world's stage-2 questions; "
           f"world.source={config['world']['source']!r} has one questions file")
+  if config["curriculum"]["stage2_steps"] and config["curriculum"]["learning_rate_scale"] == 0:
+    _fail("curriculum.learning_rate_scale", "stage 2 trains the agents: must be > 0")
   checkpoint = config["checkpoint"]
   if checkpoint["keep"] < mgrpo["staleness"] + 1:
     _fail("checkpoint.keep", f"must be >= mgrpo.staleness + 1 = {mgrpo['staleness'] + 1} "

@@ -57,8 +57,9 @@ def stage2_folder(paths: RunPaths) -> pathlib.Path:
 
 def stage2_config(config, paths: RunPaths, *, selected: bool = True):
   """Stage 2's config: stage-2 questions (of `curriculum.stage2_types`; with `selected`,
-  only the kept ones), `curriculum.stage2_steps` RL steps from the stage-1 agents, no
-  warm start, the run id `<run_id>-stage2`, the stage-1 run's tokenizer."""
+  only the kept ones), `curriculum.stage2_steps` RL steps from the stage-1 agents at
+  `curriculum.learning_rate_scale` times their learning rates, no warm start, the run id
+  `<run_id>-stage2`, the stage-1 run's tokenizer."""
   config = copy.deepcopy(config)
   folder = stage2_folder(paths)
   config.world.stage = STAGE2
@@ -70,6 +71,8 @@ def stage2_config(config, paths: RunPaths, *, selected: bool = True):
   config.warm_start.enabled = False
   config.warm_start.dir = ""
   for role in parse_mode(str(config.experiment.mode)).agents:
+    config[role].optim.learning_rate = (float(config[role].optim.learning_rate)
+                                        * float(config.curriculum.learning_rate_scale))
     config[role].model.init_checkpoint = str(folder / "init" / role)
     if not config[role].model.tokenizer:
       config[role].model.tokenizer = str(paths.local / "data" / "tokenizer")

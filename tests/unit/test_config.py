@@ -228,6 +228,8 @@ def test_nan_and_inf_are_rejected_naming_the_key(key, value, message):
      r"'sub\.optim\.learning_rate'"),
     ({"main.optim.learning_rate": 0.0, "experiment.mode": "single_agent"},
      r"'main\.optim\.learning_rate'"),
+    ({"curriculum.stage2_steps": 5, "curriculum.learning_rate_scale": 0.0},
+     r"'curriculum\.learning_rate_scale': stage 2 trains the agents: must be > 0"),
     ({"warm_start.enabled": True, "warm_start.learning_rate": 0.0},
      r"'warm_start\.learning_rate': warm_start\.enabled trains the agents"),
     ({"main.optim.schedule": "cosine", "main.optim.warmup_steps": 10},

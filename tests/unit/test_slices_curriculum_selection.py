@@ -41,3 +41,16 @@ def test_a_selection_made_with_other_values_is_refused_by_name(tmp_path, key, va
   with pytest.raises(ConfigError, match=rf"'{key}' is {value!r}, but .* chosen with "
                                         rf"{recorded!r}"):
     curriculum.check_selection(config, tmp_path)
+
+
+def test_stage2_trains_at_the_scaled_learning_rates(tmp_path):
+  from mgrpo_jax.training.paths import RunPaths
+  config = _config(**{"curriculum.stage2_steps": 5, "curriculum.learning_rate_scale": 0.25,
+                      "main.optim.learning_rate": 1e-3, "sub.optim.learning_rate": 4e-3})
+  stage2 = curriculum.stage2_config(config, RunPaths(str(tmp_path), tmp_path,
+                                                     str(tmp_path / "store")),
+                                    selected=False)
+  assert stage2.main.optim.learning_rate == pytest.approx(2.5e-4)
+  assert stage2.sub.optim.learning_rate == pytest.approx(1e-3)
+  assert stage2.experiment.num_steps == 5 and stage2.curriculum.stage2_steps == 0
+  assert config.main.optim.learning_rate == 1e-3  # the stage-1 config is left as it was
