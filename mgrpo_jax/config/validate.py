@@ -136,8 +136,6 @@ def _check_cross_keys(config: Mapping[str, Any]) -> None:
   if config["curriculum"]["stage2_steps"] and config["world"]["source"] != "generated":
     _fail("curriculum.stage2_steps", "stage 2 draws the generated world's stage-2 questions; "
           f"world.source={config['world']['source']!r} has one questions file")
-  if config["curriculum"]["stage2_steps"] and config["curriculum"]["learning_rate_scale"] == 0:
-    _fail("curriculum.learning_rate_scale", "stage 2 trains the agents: must be > 0")
   checkpoint = config["checkpoint"]
   if checkpoint["keep"] < mgrpo["staleness"] + 1:
     _fail("checkpoint.keep", f"must be >= mgrpo.staleness + 1 = {mgrpo['staleness'] + 1} "
@@ -181,7 +179,8 @@ def _check_serving(serving: Mapping[str, Any]) -> None:
 
 def _check_learning(config: Mapping[str, Any]) -> None:
   """What would silently stop learning: RL sampling greedily (K identical rollouts, every
-  advantage 0) or a zero learning rate, for an agent the mode trains."""
+  advantage 0) or a zero learning rate, for an agent the mode trains, its warm start or
+  its stage 2."""
   mode = parse_mode(config["experiment"]["mode"])
   for role in ("main", "sub") if mode.sub_trained else ("main",):
     if config[role]["sampling"]["temperature"] == 0:
@@ -194,6 +193,9 @@ def _check_learning(config: Mapping[str, Any]) -> None:
   warm_start = config["warm_start"]
   if warm_start["enabled"] and warm_start["learning_rate"] == 0:
     _fail("warm_start.learning_rate", "warm_start.enabled trains the agents: must be > 0")
+  curriculum = config["curriculum"]
+  if curriculum["stage2_steps"] and curriculum["learning_rate_scale"] == 0:
+    _fail("curriculum.learning_rate_scale", "stage 2 trains the agents: must be > 0")
 
 
 def check_environment(config: Mapping[str, Any]) -> None:
