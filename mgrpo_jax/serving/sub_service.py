@@ -174,9 +174,11 @@ class RequestGate:
       if t.key in seen:
         return f"call {t.key} appears twice in the batch"
       seen.add(t.key)
-      if not t.subtask.strip() or max(len(t.subtask), len(t.context)) > self.max_chars:
-        return (f"call {t.key}: the sub-task must be non-empty and it and its context at "
-                f"most {self.max_chars} characters")
+      # A blank sub-task is served: M's protocol accepts it (agents/specs.check_action), so
+      # an honest main slice sends it, and S's reply is its credit.
+      if max(len(t.subtask), len(t.context)) > self.max_chars:
+        return (f"call {t.key}: the sub-task and its context must each be at most "
+                f"{self.max_chars} characters")
     return None
 
 

@@ -78,9 +78,10 @@ def _service(env, cache, gate, keep=1):
   return service, versions, policy, nnx.state(model, nnx.Param)
 
 
-def _task(q, rollout=0, call=0, subtask=None) -> pb.SubTask:
+def _task(q, rollout=0, call=0, subtask=None, context="") -> pb.SubTask:
   return messages.task_to_proto(SubTaskRequest(
-      q.id, rollout, call, subtask or f"Find the {q.path[0].relation} of {q.path[0].subject}."))
+      q.id, rollout, call, subtask or f"Find the {q.path[0].relation} of {q.path[0].subject}.",
+      context))
 
 
 def _request(step, version, tasks, batch=0, seed=11) -> pb.RunSubtasksRequest:
@@ -167,8 +168,8 @@ def test_requests_the_service_did_not_hand_out_are_refused_untouched(env, tmp_pa
       (_request(1, 0, [_task(q, rollout=-1)]), "rollout -1 is outside"),
       (_request(1, 0, [_task(q, call=3)]), "call 3 is outside [0, 3)"),
       (_request(1, 0, [_task(q), _task(q)]), "appears twice in the batch"),
-      (_request(1, 0, [_task(q, subtask=" ")]), "the sub-task must be non-empty"),
-      (_request(1, 0, [_task(q, subtask="x" * 201)]), "at most 200 characters"),
+      (_request(1, 0, [_task(q, subtask="x" * 201)]), "each be at most 200 characters"),
+      (_request(1, 0, [_task(q, context="x" * 201)]), "each be at most 200 characters"),
   ]:
     with pytest.raises(BadRequest, match="^refused: .*" + re.escape(reason)):
       service.run_subtasks(bad)
@@ -178,6 +179,21 @@ def test_requests_the_service_did_not_hand_out_are_refused_untouched(env, tmp_pa
   assert cache.load(0) == []  # trained: not stored
   assert service.run_subtasks(_request(2, 1, [_task(q)])).status == pb.RunSubtasksReply.OK
   assert [(a, r.key) for a, r in cache.load(2)] == [((0, 0), (q.id, 0, 0))]
+
+
+def test_a_blank_sub_task_that_m_may_write_is_served(env, tmp_path):
+  """M's protocol accepts a delegation of blank text; the gate must serve what an honest
+  main slice sends (a refusal stopped a training run), and S's reply is its credit."""
+  _, qs, _, _ = env
+  action = specs.parse_action(specs.MAIN, '<thinking>x</thinking><tool_call>{"name": '
+                              '"delegate", "arguments": {"subtask": "  "}}</tool_call>')
+  assert action.name == specs.DELEGATE and action.arguments == {"subtask": "  "}
+  cache = SubStepCache(LocalFolder(tmp_path))
+  service, versions, _, params = _service(env, cache, _gate(qs))
+  versions.publish(0, params)
+  reply = service.run_subtasks(_request(0, 0, [_task(qs[0], subtask="  ")]))
+  assert reply.status == pb.RunSubtasksReply.OK and _runs(service) > 0
+  assert [r.task.subtask for r in reply.results] == ["  "] and reply.results[0].report
 
 
 def test_the_gate_parses_at_most_max_tasks_before_building_anything(env):
