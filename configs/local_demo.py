@@ -15,8 +15,10 @@ rollouts, D aligned sub-calls, S serving one step stale so that its update overl
 next rollouts, S at three times M's learning rate); both are evaluated on a held-out
 test world (the same name pool, another random graph) before and after RL, greedy and
 sampled, and greedily every `eval.every` RL steps. Outputs under the workdir:
-metrics.jsonl and TensorBoard events per slice, report/rewards.png, report/accuracy.png
-and report/summary.txt (the table printed at the end).
+metrics.jsonl and TensorBoard events per slice, report/rewards.png, report/accuracy.png,
+report/summary.txt (the table printed at the end) and the trajectory pages:
+report/eval_*.html of each held-out evaluation, report/rl_step_*.html of every
+`logging.trajectory_every`-th RL step's training rollouts.
 docs/RESULTS.md has what it measures (about 5 minutes on 2 cores).
 
 Preset `short` (`--config=configs/local_demo.py:short`) is the demo in about 3 minutes

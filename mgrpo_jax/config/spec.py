@@ -333,7 +333,7 @@ SPEC: dict[str, Any] = {
                        "report/accuracy.png (0: none; the run keeps those checkpoints).",
                        low=0),
         "viewer_questions": Field(20, "Questions each evaluation shows in its trajectory "
-                                  "page, report/trajectories_<label>.html (0: no page).",
+                                  "page, report/eval_<label>.html (0: no page).",
                                   low=0),
     },
     "mgrpo": {
@@ -427,7 +427,7 @@ SPEC: dict[str, Any] = {
         "tensorboard": Field(True, "Also write TensorBoard event files."),
         "trajectory_every": Field(10, "Every this many RL steps, from step 0, the main slice "
                                   "writes the step's trajectory page, report/"
-                                  "trajectories_step<t>.html: each shown question's K "
+                                  "rl_step_<t>.html (t zero-padded): each shown question's K "
                                   "rollouts with R_M and A_M, S's calls with R_S, A_S and "
                                   "the D slots they filled (0: none).", low=0),
         "trajectory_questions": Field(4, "Questions a training step's trajectory page shows.",

@@ -3,7 +3,9 @@
 It writes the summary to `<local>/eval/<label>.json` (with the RL step it evaluated,
 when given: a run extended past that step evaluates its label again) and, with
 `eval.viewer_questions` = n > 0, the first n questions' rollouts as a self-contained
-HTML page, `<local>/report/trajectories_<label>.html` (`metrics.trajectory_page`).
+HTML page, `<local>/report/eval_<label>.html` (`metrics.trajectory_page.eval_page_name`:
+eval_final.html, eval_warm_start.html, eval_step_00010.html for the checkpoint of RL
+step 10; an RL step's own pages are `rl_step_*.html`).
 
 Runs that would evaluate the same parameters on the same questions alike (the arms of
 the paper's comparison that share a warm start: mgrpo, frozen_sub and no_alignment)
@@ -41,7 +43,7 @@ def _summary_path(paths: RunPaths, label: str) -> pathlib.Path:
 
 
 def _page_path(paths: RunPaths, label: str) -> pathlib.Path:
-  return paths.local / "report" / f"trajectories_{label}.html"
+  return paths.local / "report" / trajectory_page.eval_page_name(label)
 
 
 def evaluation_key(config) -> str:
@@ -90,8 +92,8 @@ def evaluated(paths: RunPaths, label: str, step: int | None = None) -> dict[str,
 def run_evaluation(config, paths: RunPaths, label: str, sources: dict[str, held_out.Source],
                    *, greedy_only: bool = False, step: int | None = None) -> dict[str, Any]:
   """Evaluates once per label (and RL `step`, when given); `<local>/eval/<label>.json`
-  holds the summary (and `<local>/report/trajectories_<label>.html` the trajectories,
-  module docstring)."""
+  holds the summary (and `<local>/report/eval_<label>.html` the trajectories, module
+  docstring)."""
   done = evaluated(paths, label, step)
   if done is not None:
     return done
@@ -122,4 +124,4 @@ def write_page(config, paths: RunPaths, label: str, result: held_out.EvalResult,
            f"sub-calls per rollout {summary['sub_calls_mean']:.2f}",
            f"showing the first {len(questions)} questions (eval.viewer_questions = {limit})"]
   html = trajectory_page.render(f"Held-out evaluation: {label}", questions, notes=notes)
-  atomic_write(paths.local / "report" / f"trajectories_{label}.html", html.encode())
+  atomic_write(_page_path(paths, label), html.encode())

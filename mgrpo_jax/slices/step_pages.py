@@ -1,4 +1,6 @@
-"""A training step's trajectory page: `<local>/report/trajectories_step<t>.html`.
+"""A training step's trajectory page: `<local>/report/rl_step_<t>.html` (t zero-padded to
+5 digits, `trajectory_page.rl_step_page_name`; a held-out evaluation's pages are
+`eval_*.html`).
 
 Every `logging.trajectory_every` RL steps, from step 0, the main slice's writer process
 renders the first `logging.trajectory_questions` questions of the step
@@ -127,4 +129,4 @@ def write_step_page(config, paths: RunPaths, mode: Mode, step: int, query_ids: S
            f"showing the first {len(shown)} questions (logging.trajectory_questions = "
            f"{limit})"] + ([note] if note else [])
   html = trajectory_page.render(f"RL step {step}", shown, notes=notes)
-  atomic_write(paths.local / "report" / f"trajectories_step{step}.html", html.encode())
+  atomic_write(paths.local / "report" / trajectory_page.rl_step_page_name(step), html.encode())

@@ -96,7 +96,7 @@ def evaluation_page(oracle_evaluation):
   """The page of the evaluation: SHOWN of QUESTIONS questions."""
   config, paths, _, result = oracle_evaluation
   stage.write_page(config, paths, "final", result, result.summary)
-  return paths.local / "report" / "trajectories_final.html"
+  return paths.local / "report" / "eval_final.html"
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +116,7 @@ def step_page(oracle_evaluation):
       {q.id: q for q in questions}, world_rendering(config).expert_judge(test_world),
       grid=grid, main_reward=reward, main_advantage=step_math.main_advantages(reward, advantage),
       weights=weights, advantage=advantage)
-  return paths.local / "report" / "trajectories_step0.html", len(result.sub)
+  return paths.local / "report" / "rl_step_00000.html", len(result.sub)
 
 
 def test_a_step_page_shows_every_rollouts_credit_and_every_calls_slots(chromium, step_page,

@@ -101,13 +101,14 @@ def test_two_slices_complete_every_step(reference):
   assert "[main] step 3/3" in output and "[sub] step 3/3" in output
   # Step 0's trajectory page (`logging.trajectory_every` = 10): the query's K rollouts with
   # A_M, every S call with R_S and either A_S and its slots or its drop.
-  page = (workdir / "report" / "trajectories_step0.html").read_text()
+  assert sorted(p.name for p in (workdir / "report").glob("rl_step_*")) == [
+      "rl_step_00000.html"]
+  page = (workdir / "report" / "rl_step_00000.html").read_text()
   calls = int(MainOutcomes.from_bytes(outcomes_key(RUN_ID, 0), store.get(
       outcomes_key(RUN_ID, 0))).to_arrays()["num_sub_calls"].sum())
-  assert page.count('<article class="rollout') == page.count("A_M ") == 3
-  assert page.count('data-call="') == page.count("R_S ") == calls
-  assert page.count("A_S ") + page.count("dropped (") == calls
-  assert not (workdir / "report" / "trajectories_step1.html").exists()
+  assert page.count('<article class="rollout') == page.count('"advantage">A_M ') == 3
+  assert page.count('data-call="') == page.count('"reward">R_S ') == calls
+  assert page.count('"advantage">A_S ') + page.count('"alignment">dropped (') == calls
   # The caches of the steps after the oldest of the 3 kept checkpoints (steps_done 1..3).
   assert sorted(p.name for p in (workdir / "main" / "cache").glob("step_*")) == [
       "step_00000001.json", "step_00000002.json"]

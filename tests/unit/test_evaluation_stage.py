@@ -57,14 +57,14 @@ def _writer(paths, label, text, calls):
   """What `run_evaluation` leaves: the run's summary and trajectory page."""
   def evaluate():
     calls.append(paths.local.name)
-    atomic_write(paths.local / "report" / f"trajectories_{label}.html", f"<p>{text}".encode())
+    atomic_write(paths.local / "report" / f"eval_{label}.html", f"<p>{text}".encode())
     atomic_write(paths.local / "eval" / f"{label}.json", json.dumps({"accuracy": text}).encode())
   return evaluate
 
 
 def _files(paths, label):
   return ((paths.local / "eval" / f"{label}.json").read_bytes(),
-          (paths.local / "report" / f"trajectories_{label}.html").read_bytes())
+          (paths.local / "report" / f"eval_{label}.html").read_bytes())
 
 
 def test_the_first_run_evaluates_and_the_others_copy_its_files(tmp_path):

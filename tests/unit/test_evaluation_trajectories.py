@@ -1,5 +1,6 @@
 """An evaluation's records as trajectory page data: questions in order, S's calls under
-M's delegations, a delegation refused by the sub-call limit without one, R_M."""
+M's delegations, a delegation refused by the sub-call limit without one, R_M; the
+evaluation's page, named by its label, with its legend and index."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ import types
 import pytest
 
 from mgrpo_jax.agents.records import MainRecord
+from mgrpo_jax.config import apply_overrides, base_config
+from mgrpo_jax.evaluation import stage
 from mgrpo_jax.evaluation.trajectories import page_questions
+from mgrpo_jax.training.paths import RunPaths
 from tests.support.page_records import sub_record, trajectory
 
 QUESTIONS = {q: types.SimpleNamespace(text=f"text {q}", answer="gold", type="lookup")
@@ -61,3 +65,22 @@ def test_correctness_and_r_main(records):
   assert first.reward == pytest.approx(1.0) and second.reward == 0.0  # format error
   assert (first.final, second.final) == ("gold", None)
   assert (question.text, question.gold, question.kind) == ("text a", "gold", "lookup")
+
+
+@pytest.mark.parametrize("label, name", [("final", "eval_final.html"),
+                                         ("warm_start", "eval_warm_start.html"),
+                                         ("step_10", "eval_step_00010.html")])
+def test_an_evaluations_page_is_named_by_its_label(records, tmp_path, label, name):
+  main, sub = records
+  config = base_config()
+  apply_overrides(config, {"eval.viewer_questions": 2})
+  paths = RunPaths(str(tmp_path), tmp_path, str(tmp_path / "store"))
+  summary = {"accuracy": 0.5, "accuracy_ci95": 0.1, "num_questions": 3, "num_rollouts": 4,
+             "format_rate": 0.75, "sub_calls_mean": 0.5}
+  result = types.SimpleNamespace(main=main, sub=sub, questions=QUESTIONS)
+  stage.write_page(config, paths, label, result, summary)
+  assert [p.name for p in (tmp_path / "report").iterdir()] == [name]
+  page = (tmp_path / "report" / name).read_text()
+  assert f"Held-out evaluation: {label}" in page and 'class="legend"' in page
+  assert page.index('<a href="#q-a">text a</a>') < page.index('<a href="#q-b">text b</a>')
+  assert 'id="q-a"' in page and 'id="q-b"' in page and 'id="q-c"' not in page

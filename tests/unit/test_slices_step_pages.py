@@ -118,13 +118,19 @@ def test_the_page_shows_every_rollout_with_its_credit(tmp_path):
   step_pages.write_step_page(config, paths, parse_mode("mgrpo"), 5, QUERY_IDS, main, sub,
                              QUESTIONS, _judge, grid=grid, main_reward=reward,
                              main_advantage=advantage, weights=WEIGHTS, advantage=ADVANTAGE)
-  html = (tmp_path / "report" / "trajectories_step5.html").read_text()
+  assert [p.name for p in (tmp_path / "report").iterdir()] == ["rl_step_00005.html"]
+  html = (tmp_path / "report" / "rl_step_00005.html").read_text()
   assert html.count('<article class="rollout') == COUNTS.size
   assert html.count('data-call="') == COUNTS.sum()
-  assert html.count("A_M ") == COUNTS.size
-  assert html.count("(duplicated)") + html.count("dropped (") + len(
-      re.findall(r'"alignment">slot \d', html)) == COUNTS.sum()
-  assert "dropped (" in html and "(duplicated)" in html
+  assert html.count('<span class="advantage">A_M ') == COUNTS.size
+  assert html.count('<span class="reward">R_S ') == COUNTS.sum()
+  alignments = re.findall(r'<span class="alignment">([^<]*)</span>', html)
+  assert len(alignments) == COUNTS.sum()
+  assert all(re.fullmatch(r"slot \d|slots \d(, \d)+ \(duplicated\)|dropped \(.*\)", a)
+             for a in alignments), alignments
+  assert any("duplicated" in a for a in alignments)
+  assert any(a.startswith("dropped") for a in alignments)
+  assert "RL step 5" in html and 'class="legend"' in html
 
 
 def test_page_due_every_n_steps_from_zero():
