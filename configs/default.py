@@ -20,9 +20,13 @@ PRESETS = {
         "main.optim.learning_rate": 1e-6,
         "sub.optim.learning_rate": 1e-6,
     },
-    # The released code's reward and advantage choices (docs/ALGORITHM.md sections 2 and 3).
+    # The released code's reward and advantage choices (docs/ALGORITHM.md sections 2 and 3):
+    # R_S = format * (0.1 + 0.9 * correct_M), no expert term.
     "released_code": {
         "rewards.sub_reward": "released",
+        "rewards.b1": 0.1,
+        "rewards.b2": 0.9,
+        "rewards.b3": 0.0,
         "mgrpo.advantage_std": "unbiased",
         "mgrpo.advantage_eps": 1e-6,
     },

@@ -11,21 +11,31 @@ Replaceable components and the signature each must have:
 - `main_reward_fn`: R_M as `fn(format_ok, correct, *, a1, a2) -> array`, like
   `mgrpo_jax.core.rewards.main_reward` (arrays of any shape, e.g. [Q, K]).
 - `sub_reward_fn`: R_S as `fn(format_ok, main_correct, expert, *, b1, b2, b3) -> array`,
-  like `mgrpo_jax.core.rewards.sub_reward` (e.g. [Q, K, D]).
+  like the presets of `mgrpo_jax.core.rewards.SUB_REWARDS` (e.g. [Q, K, D]); a bound one
+  replaces the preset `rewards.sub_reward` names.
 - `user_tools`: extra tools of M (`main`), S (`sub`) or the single agent (`single`),
   each a factory `() -> mgrpo_jax.agents.tools.Tool` (name, description, JSON schema of
   its keyword arguments, function returning a str or a `ToolResult`):
 
     mgrpo_jax.plugins.user_tools.main = [@my_project.tools.word_count_tool]
+
+Every reward of a run, in training, evaluation and the trajectory pages, goes through
+`main_rewards` and `sub_rewards`, which call the reward functions with the config's
+weights (`core.rewards.RewardWeights`): a bound function is used everywhere.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import gin
+import numpy as np
 
 from mgrpo_jax.agents.tools import Tool, check_tool
+
+if TYPE_CHECKING:
+  from mgrpo_jax.core.rewards import RewardWeights
 
 # The tools the agents have without gin (agents/specs.py); a user tool may not take a name.
 BUILT_IN_TOOLS = ("delegate", "reason", "search", "visit")
@@ -43,14 +53,58 @@ def main_reward_fn(fn: Callable | None = None) -> Callable:
   return rewards.main_reward
 
 
-@gin.configurable(module="mgrpo_jax.plugins")
-def sub_reward_fn(fn: Callable | None = None) -> Callable:
-  """Returns the sub-agent's reward function: the gin-bound `fn`, else the paper's R_S."""
+@gin.configurable(module="mgrpo_jax.plugins", denylist=["preset"])
+def sub_reward_fn(preset: str = "paper", fn: Callable | None = None) -> Callable:
+  """Returns the sub-agent's reward function: the gin-bound `fn`, else the R_S preset
+  named `preset` (`core.rewards.SUB_REWARDS`; the config's `rewards.sub_reward`, not gin,
+  chooses it)."""
   if fn is not None:
     return fn
   from mgrpo_jax.core import rewards
 
-  return rewards.sub_reward
+  return rewards.SUB_REWARDS.get(preset)
+
+
+def bound_rewards() -> dict[str, str]:
+  """{binding: module.name} of each reward function bound with gin, e.g.
+  {"mgrpo_jax.plugins.main_reward_fn.fn": "my_project.rewards.strict_reward"} ({} when
+  none is): what a run's rewards depend on besides its config."""
+  from mgrpo_jax.core import rewards
+
+  built_in = {rewards.main_reward,
+              *(rewards.SUB_REWARDS.get(name) for name in rewards.SUB_REWARDS.names())}
+  fns = {"main_reward_fn": main_reward_fn(), "sub_reward_fn": sub_reward_fn()}
+  return {f"mgrpo_jax.plugins.{name}.fn": f"{fn.__module__}.{fn.__qualname__}"
+          for name, fn in fns.items() if fn not in built_in}
+
+
+def main_rewards(format_ok: Any, correct: Any, weights: RewardWeights) -> np.ndarray:
+  """R_M float32 [...] of M's rollouts through `main_reward_fn`: the one path of R_M.
+
+  Args:
+    format_ok: bool [...], M's trajectory has a valid format (e.g. [Q, K]).
+    correct: r_correct float [...], the same shape.
+    weights: the run's `rewards.*`; a1, a2 (alpha_1, alpha_2) are passed on.
+  """
+  fn = main_reward_fn()
+  return np.asarray(fn(format_ok, correct, a1=weights.a1, a2=weights.a2), np.float32)
+
+
+def sub_rewards(format_ok: Any, main_correct: Any, expert: Any, weights: RewardWeights
+                ) -> np.ndarray:
+  """R_S float32 [...] of S's calls through `sub_reward_fn`: the one path of R_S.
+
+  Args:
+    format_ok: bool [...], S's trajectory has a valid format (e.g. [N] calls).
+    main_correct: r_correct^main float [...], the correctness of the rollout that made
+      each call.
+    expert: r_expert float [...], the judge's score of each call.
+    weights: the run's `rewards.*`; the preset `sub_reward` is used unless a function is
+      bound, and b1, b2, b3 (beta_1..3) are passed on.
+  """
+  fn = sub_reward_fn(weights.sub_reward)
+  return np.asarray(fn(format_ok, main_correct, expert, b1=weights.b1, b2=weights.b2,
+                       b3=weights.b3), np.float32)
 
 
 @gin.configurable(module="mgrpo_jax.plugins")

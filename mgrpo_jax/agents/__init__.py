@@ -34,7 +34,7 @@ _EXPORTS = {
     "oracle_policy": ("OraclePolicy",),
     "policy": ("Policy", "SamplerPolicy", "TurnOutput", "TurnRequest"),
     "records": ("MainRecord", "SubRecord", "ToolCall", "Trajectory"),
-    "scoring": ("rewards", "score"),
+    "scoring": ("score",),
     "specs": ("MAIN", "SINGLE", "SUB", "AgentSpec"),
     "sub_client": ("InProcessSubAgentClient", "SubAgentClient", "SubAgentResult",
                    "SubTaskRequest", "truncated_result"),

@@ -8,8 +8,8 @@
   else 0; `main_correct` = its rollout's `correct` (paper section 3.2: "Main Agent's
   correctness reward, replicated to Sub-Agent").
 
-`rewards` turns scored records into R_M [N] and R_S [M] with `core.rewards` (the paper's
-weights by default); the trainer may compute its own from the same fields.
+R_M and R_S are computed from these fields by `plugins.main_rewards` and
+`plugins.sub_rewards`, the one path of every reward of a run.
 """
 
 from __future__ import annotations
@@ -17,10 +17,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-import numpy as np
-
 from mgrpo_jax.agents.records import MainRecord, SubRecord
-from mgrpo_jax.core import rewards as rewards_lib
 from mgrpo_jax.tasks.judges import AnswerJudge, ExpertJudge
 
 
@@ -61,15 +58,3 @@ def score(main: Sequence[MainRecord], sub: Sequence[SubRecord], tasks,
     scored_sub.append(dataclasses.replace(record, expert=expert, main_correct=main_correct))
   return scored_main, scored_sub
 
-
-def rewards(main: Sequence[MainRecord], sub: Sequence[SubRecord], **weights
-            ) -> tuple[np.ndarray, np.ndarray]:
-  """(R_M float32 [N], R_S float32 [M]) of scored records; `weights`: a1, a2, b1, b2, b3."""
-  a = {k: weights[k] for k in ("a1", "a2") if k in weights}
-  b = {k: weights[k] for k in ("b1", "b2", "b3") if k in weights}
-  r_main = rewards_lib.main_reward(np.array([r.trajectory.format_ok for r in main], bool),
-                                   np.array([r.correct for r in main], np.float32), **a)
-  r_sub = rewards_lib.sub_reward(np.array([r.trajectory.format_ok for r in sub], bool),
-                                 np.array([r.main_correct for r in sub], np.float32),
-                                 np.array([r.expert for r in sub], np.float32), **b)
-  return np.asarray(r_main), np.asarray(r_sub)

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 from mgrpo_jax.config.modes import MODES
 from mgrpo_jax.core.alignment import MODES as ALIGNMENT_MODES
 from mgrpo_jax.core.losses import AGGREGATIONS
+from mgrpo_jax.core.rewards import SUB_REWARDS
 
 # `mgrpo_jax.models.config.PRESETS`: shapes to train from scratch (tiny, small), and the
 # published shapes of the pretrained families (weights from a folder; the planner sizes them).
@@ -360,8 +361,11 @@ SPEC: dict[str, Any] = {
         "b1": Field(0.1, "beta_1: weight of S's format reward.", low=0.0, high=1.0),
         "b2": Field(0.4, "beta_2: weight of M's correctness in R_S.", low=0.0, high=1.0),
         "b3": Field(0.5, "beta_3: weight of the expert score in R_S.", low=0.0, high=1.0),
-        "sub_reward": Field("paper", "R_S formula: the paper's, or the released code's "
-                            "format * (0.1 + 0.9 * correct_M).", choices=("paper", "released")),
+        "sub_reward": Field("paper", "R_S preset (`core.rewards.SUB_REWARDS`): the paper's "
+                            "format * (b1 + b2 * correct_M + b3 * expert), or the released "
+                            "code's format * (b1 + b2 * correct_M), which needs b3 = 0 (its "
+                            "weights: b1 = 0.1, b2 = 0.9; preset released_code of "
+                            "configs/default.py).", choices=SUB_REWARDS),
     },
     "main": _agent_spec("the main agent M", "tiny"),
     "sub": _agent_spec("the sub-agent S", "tiny"),

@@ -141,6 +141,7 @@ def _check_cross_keys(config: Mapping[str, Any]) -> None:
     _fail("checkpoint.keep", f"must be >= mgrpo.staleness + 1 = {mgrpo['staleness'] + 1} "
           f"(a restarted sub slice serves the older versions), got {checkpoint['keep']}")
   _check_serving(config["serving"])
+  _check_rewards(config["rewards"])
   _check_learning(config)
   rollouts = mgrpo["queries_per_step"] * mgrpo["rollouts_per_query"]
   rows = {"main": rollouts,
@@ -175,6 +176,13 @@ def _check_serving(serving: Mapping[str, Any]) -> None:
     _fail("serving.tls_client_cert" if serving["tls_client_ca"] else "serving.tls_client_ca",
           "client certificates need both serving.tls_client_ca (the service checks them) "
           "and serving.tls_client_cert (the main slice presents one)")
+
+
+def _check_rewards(rewards: Mapping[str, Any]) -> None:
+  """A weight the chosen R_S preset has no term for would be silently unused."""
+  if rewards["sub_reward"] == "released" and rewards["b3"] != 0:
+    _fail("rewards.b3", "rewards.sub_reward='released' has no expert term: must be 0 (the "
+          f"released code's weights: b1 = 0.1, b2 = 0.9, b3 = 0), got {rewards['b3']}")
 
 
 def _check_learning(config: Mapping[str, Any]) -> None:

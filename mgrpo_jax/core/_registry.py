@@ -1,9 +1,10 @@
 """A small thread-safe name -> function registry for pluggable core options.
 
-Used for loss aggregations (`losses.AGGREGATIONS`) and alignment modes
-(`alignment.MODES`). Names are static options of jitted functions, so a name is
-bound once: registering an existing name again is an error (a silent rebinding would
-be invisible to functions already compiled for that name).
+Used for loss aggregations (`losses.AGGREGATIONS`), alignment modes (`alignment.MODES`)
+and R_S presets (`rewards.SUB_REWARDS`). Names are static options of jitted functions
+or a run's config values, so a name is bound once: registering an existing name again
+is an error (a silent rebinding would be invisible to functions already compiled for
+that name, and would change what a recorded config means).
 """
 
 from __future__ import annotations

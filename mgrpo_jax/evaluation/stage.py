@@ -22,8 +22,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from mgrpo_jax import plugins
 from mgrpo_jax.config import flat_values
 from mgrpo_jax.config.modes import parse_mode
+from mgrpo_jax.core.rewards import RewardWeights
 from mgrpo_jax.evaluation import held_out, trajectories
 from mgrpo_jax.metrics import trajectory_page
 from mgrpo_jax.scale.writers import log
@@ -48,11 +50,12 @@ def _page_path(paths: RunPaths, label: str) -> pathlib.Path:
 
 def evaluation_key(config) -> str:
   """16 hex digits naming what an evaluation under `config` computes: every config key
-  but `_NOT_EVALUATED`, and the mode's rollouts. Equal keys, given the same parameter
-  checkpoints (the `<role>.model.init_checkpoint` keys are part of it), mean equal
-  summaries."""
+  but `_NOT_EVALUATED`, the mode's rollouts and the gin-bound reward functions (the
+  page's R_M). Equal keys, given the same parameter checkpoints (the
+  `<role>.model.init_checkpoint` keys are part of it), mean equal summaries and pages."""
   values = flat_values(config, excluding=_NOT_EVALUATED)
   values["rollouts"] = parse_mode(str(config.experiment.mode)).rollouts
+  values.update(plugins.bound_rewards())
   return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -115,9 +118,10 @@ def write_page(config, paths: RunPaths, label: str, result: held_out.EvalResult,
   limit = int(config.eval.viewer_questions)
   if limit == 0:
     return
-  questions = trajectories.page_questions(
-      result.main, result.sub, result.questions, limit=limit,
-      a1=float(config.rewards.a1), a2=float(config.rewards.a2))
+  credit = trajectories.evaluation_credit(result.main,
+                                          RewardWeights.from_config(config.rewards))
+  questions = trajectories.page_questions(result.main, result.sub, result.questions,
+                                          limit=limit, credit=credit)
   notes = [f"accuracy {summary['accuracy']:.3f} +- {summary['accuracy_ci95']:.3f} over "
            f"{summary['num_questions']} questions, {summary['num_rollouts']} rollouts; "
            f"format rate {summary['format_rate']:.3f}; "

@@ -8,7 +8,7 @@ Step t (B queries, K rollouts each):
   3. The step cache `<workdir>/main/cache/step_<t>.json` if present (a restart), else the
      controller's K rollouts per query (key from (seed, t)); scored (answer judge) and
      written to the cache BEFORE anything else leaves the process.
-  4. R_M (`plugins.main_reward_fn`), outcomes(t) into the store (a re-put after a
+  4. R_M (`plugins.main_rewards`), outcomes(t) into the store (a re-put after a
      restart is byte-identical: a no-op).
   5. A_M over each query's K rollouts, rows padded to T = `limits.max_context` (one
      compiled update for the whole run), one update of M (in shared_policy, M's rows and
@@ -41,6 +41,7 @@ import time
 import jax
 import numpy as np
 
+from mgrpo_jax import plugins
 from mgrpo_jax.agents.controller import RolloutController
 from mgrpo_jax.agents.modes import Agent, make_controller
 from mgrpo_jax.agents.scoring import score
@@ -232,7 +233,7 @@ class _MainOutcome:
   @classmethod
   def of(cls, rollouts: _Rollouts, settings: StepSettings) -> _MainOutcome:
     grid = step_math.main_grid(rollouts.main, rollouts.query_ids, settings.num_rollouts)
-    reward = step_math.main_rewards(grid["format_ok"], grid["correct"], settings.weights)
+    reward = plugins.main_rewards(grid["format_ok"], grid["correct"], settings.weights)
     return cls(rollouts.query_ids, grid, reward,
                step_math.main_advantages(reward, settings.advantage), rollouts.sub_calls)
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from mgrpo_jax.config.modes import Mode, parse_mode
+from mgrpo_jax.core.rewards import RewardWeights
 from mgrpo_jax.metrics import format_progress
 from mgrpo_jax.sampling.buckets import doubling_lengths
 from mgrpo_jax.scale import distributed
@@ -64,7 +65,7 @@ class StepSettings:
   num_slots: int  # D
   staleness: int
   wait_timeout_s: float
-  weights: step_math.RewardWeights
+  weights: RewardWeights
   advantage: step_math.AdvantageConfig
 
   @classmethod
@@ -76,7 +77,7 @@ class StepSettings:
                num_rollouts=int(mgrpo.rollouts_per_query),
                num_slots=int(mgrpo.aligned_sub_calls), staleness=int(mgrpo.staleness),
                wait_timeout_s=float(config.store.wait_timeout_s),
-               weights=step_math.RewardWeights.from_config(config.rewards),
+               weights=RewardWeights.from_config(config.rewards),
                advantage=step_math.AdvantageConfig(std=str(mgrpo.advantage_std),
                                                    eps=float(mgrpo.advantage_eps)))
 

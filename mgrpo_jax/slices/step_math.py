@@ -1,11 +1,11 @@
 """Rewards, alignment and advantages of one training step, from records and outcomes (pure).
 
 Main agent (paper section 3.1, Eq. 9-10), Q queries x K rollouts:
-  R_M [Q, K]      = main_reward_fn(format_ok, correct; a1, a2)     (`plugins.main_reward_fn`)
+  R_M [Q, K]      = plugins.main_rewards(format_ok, correct; a1, a2)
   A_M [Q, K]      = group_normalize(R_M) over the K rollouts of each query
 
 Sub-agent (paper sections 3.2 and 4), D aligned slots per rollout:
-  R_S of call i   = sub_reward_fn(format_ok_S, correct_M[q, k], expert; b1, b2, b3)
+  R_S of call i   = plugins.sub_rewards(format_ok_S, correct_M[q, k], expert; b1, b2, b3)
   index, valid    = align_indices(d [Q, K], D, key)                  [Q, K, D]
   A_S [Q, K, D]   = mgrpo_advantages(R_M, R_S[index], valid): normalized over all valid
                     [K, D] slots of query q (duplicates count as full samples)
@@ -35,6 +35,7 @@ from mgrpo_jax import plugins
 from mgrpo_jax.agents.records import MainRecord, SubRecord, Trajectory
 from mgrpo_jax.core import advantages as advantages_lib
 from mgrpo_jax.core import alignment as alignment_lib
+from mgrpo_jax.core.rewards import RewardWeights
 from mgrpo_jax.sampling.buckets import pick_bucket
 from mgrpo_jax.training.batching import (
   DEFAULT_LENGTH_BUCKETS,
@@ -43,26 +44,6 @@ from mgrpo_jax.training.batching import (
   aligned_batch,
   pack_sequences,
 )
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class RewardWeights:
-  """alpha_1, alpha_2 of R_M and beta_1..3 of R_S (keys `rewards.*`)."""
-
-  a1: float = 0.1
-  a2: float = 0.9
-  b1: float = 0.1
-  b2: float = 0.4
-  b3: float = 0.5
-
-  @classmethod
-  def from_config(cls, rewards) -> RewardWeights:
-    """`rewards.sub_reward == "released"` is R_S = format * (0.1 + 0.9 * correct_M)."""
-    if rewards["sub_reward"] == "released":
-      b1, b2, b3 = 0.1, 0.9, 0.0
-    else:
-      b1, b2, b3 = (float(rewards[k]) for k in ("b1", "b2", "b3"))
-    return cls(a1=float(rewards["a1"]), a2=float(rewards["a2"]), b1=b1, b2=b2, b3=b3)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -104,13 +85,6 @@ def main_grid(records: Sequence[MainRecord], query_ids: Sequence[str], num_rollo
     q, k = np.argwhere(~seen)[0]
     raise KeyError(f"no M record for (query, rollout) = ({query_ids[q]!r}, {k})")
   return grid
-
-
-def main_rewards(format_ok: np.ndarray, correct: np.ndarray, weights: RewardWeights
-                 ) -> np.ndarray:
-  """R_M float32 [Q, K] through the (gin-replaceable) main reward function."""
-  fn = plugins.main_reward_fn()
-  return np.asarray(fn(format_ok, correct, a1=weights.a1, a2=weights.a2), np.float32)
 
 
 def main_advantages(rewards: np.ndarray, config: AdvantageConfig) -> np.ndarray:
@@ -184,14 +158,13 @@ def sub_rewards(records: Mapping[tuple[int, int, int], SubRecord], correct: np.n
 def call_rewards(records: Sequence[SubRecord], main_correct: np.ndarray,
                  weights: RewardWeights) -> np.ndarray:
   """R_S float32 [N] of N scored calls (`expert` filled in), correct_M float [N] of the
-  rollout each was made in, through the (gin-replaceable) sub reward function."""
-  fn = plugins.sub_reward_fn()
+  rollout each was made in, through `plugins.sub_rewards`."""
   format_ok = np.array([r.trajectory.format_ok for r in records], bool)
   expert = np.array([r.expert for r in records], np.float32)
   if np.isnan(expert).any():
     raise ValueError("S records must be scored (expert is NaN)")
-  return np.asarray(fn(format_ok, np.asarray(main_correct, np.float32), expert,
-                       b1=weights.b1, b2=weights.b2, b3=weights.b3), np.float32)
+  return plugins.sub_rewards(format_ok, np.asarray(main_correct, np.float32), expert,
+                             weights)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,7 +24,8 @@ import numpy as np
 from mgrpo_jax.agents.records import MainRecord, SubRecord
 from mgrpo_jax.agents.scoring import score
 from mgrpo_jax.config.modes import Mode
-from mgrpo_jax.evaluation.trajectories import StepCredit, page_questions
+from mgrpo_jax.core.rewards import RewardWeights
+from mgrpo_jax.evaluation.trajectories import PageCredit, page_questions
 from mgrpo_jax.metrics import trajectory_page
 from mgrpo_jax.slices import step_math
 from mgrpo_jax.tasks.judges import ExactMatchJudge
@@ -71,8 +72,8 @@ def aligned_sub_credit(credit: step_math.SubCredit, query_ids: Sequence[str],
 def step_credit(config, mode: Mode, step: int, query_ids: Sequence[str],
                 sub: Sequence[SubRecord], grid: Mapping[str, np.ndarray],
                 main_reward: np.ndarray, main_advantage: np.ndarray,
-                weights: step_math.RewardWeights, advantage: step_math.AdvantageConfig
-                ) -> tuple[StepCredit, str]:
+                weights: RewardWeights, advantage: step_math.AdvantageConfig
+                ) -> tuple[PageCredit, str]:
   """The step's credit of every rollout and S call, and a note on what it lacks.
 
   Args:
@@ -83,15 +84,15 @@ def step_credit(config, mode: Mode, step: int, query_ids: Sequence[str],
           for q, qid in enumerate(query_ids) for k in range(main_reward.shape[1])}
   counts = grid["num_sub_calls"]
   if not mode.sub_agent:
-    return StepCredit(main, {}), ""
+    return PageCredit(main, {}), ""
   if len(sub) != int(counts.sum()):
-    return StepCredit(main, {}), ("S's records of this step are not here (a restarted step "
+    return PageCredit(main, {}), ("S's records of this step are not here (a restarted step "
                                   "read from the write-ahead cache): M's side only")
   indexed = step_math.index_sub_records(sub, query_ids, counts)
   if not mode.aligned:
     reward_of = step_math.sub_rewards(indexed, grid["correct"], weights)
     calls = {(query_ids[q], k, i): (r, None, "") for (q, k, i), r in reward_of.items()}
-    return StepCredit(main, calls), ("no_alignment: S's rows are grouped in the service's "
+    return PageCredit(main, calls), ("no_alignment: S's rows are grouped in the service's "
                                      "arrival order, so A_S is not shown here")
   credit = step_math.sub_credit(
       indexed, main_reward, grid["correct"], counts,
@@ -100,14 +101,14 @@ def step_credit(config, mode: Mode, step: int, query_ids: Sequence[str],
       mode=str(config.mgrpo.alignment), weights=weights, advantage=advantage)
   trained = mode.sub_trained or mode.shared
   note = "" if trained else "S is frozen in this mode: its calls get no advantage"
-  return StepCredit(main, aligned_sub_credit(credit, query_ids, counts, trained=trained)), note
+  return PageCredit(main, aligned_sub_credit(credit, query_ids, counts, trained=trained)), note
 
 
 def write_step_page(config, paths: RunPaths, mode: Mode, step: int, query_ids: Sequence[str],
                     main: Sequence[MainRecord], sub: Sequence[SubRecord],
                     questions: Mapping[str, object], expert_judge, *,
                     grid: Mapping[str, np.ndarray], main_reward: np.ndarray,
-                    main_advantage: np.ndarray, weights: step_math.RewardWeights,
+                    main_advantage: np.ndarray, weights: RewardWeights,
                     advantage: step_math.AdvantageConfig) -> None:
   """Writes step t's page (module docstring).
 

@@ -36,7 +36,6 @@ NOT_WARM_STARTED = (
     "mgrpo.queries_per_step", "mgrpo.rollouts_per_query", "mgrpo.aligned_sub_calls",
     "mgrpo.alignment", "mgrpo.advantage_std", "mgrpo.advantage_eps", "mgrpo.staleness",
     "mgrpo.queue_calls", "mgrpo.queue_group",
-    "mgrpo.sub_reward",
     *(f"{role}.{group}" for role in ("main", "sub")
       for group in ("optim.", "loss.", "mesh.", "sampling.", "model.init_checkpoint",
                     "limits.shortest_train_length")),

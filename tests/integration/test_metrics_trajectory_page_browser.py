@@ -19,8 +19,10 @@ import subprocess
 import pytest
 
 from configs.local_demo import get_config
+from mgrpo_jax import plugins
 from mgrpo_jax.agents import Agent, OraclePolicy
 from mgrpo_jax.config.modes import parse_mode
+from mgrpo_jax.core.rewards import RewardWeights
 from mgrpo_jax.evaluation import held_out, stage
 from mgrpo_jax.metrics import trajectory_page
 from mgrpo_jax.slices import step_math, step_pages
@@ -106,9 +108,9 @@ def step_page(oracle_evaluation):
   config, paths, questions, result = oracle_evaluation
   query_ids = [q.id for q in questions]
   grid = step_math.main_grid(result.main, query_ids, SAMPLES)
-  weights = step_math.RewardWeights.from_config(config.rewards)
+  weights = RewardWeights.from_config(config.rewards)
   advantage = step_math.AdvantageConfig()
-  reward = step_math.main_rewards(grid["format_ok"], grid["correct"], weights)
+  reward = plugins.main_rewards(grid["format_ok"], grid["correct"], weights)
   _, test_world = world_rendering(config).split_worlds(
       config.world.size, int(config.world.seed), int(config.world.test_seed))
   step_pages.write_step_page(

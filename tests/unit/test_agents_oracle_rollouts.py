@@ -14,6 +14,7 @@ import json
 import numpy as np
 import pytest
 
+from mgrpo_jax import plugins
 from mgrpo_jax.agents import (
   Agent,
   AgentLimits,
@@ -24,11 +25,11 @@ from mgrpo_jax.agents import (
   make_controller,
   protocol,
   records,
-  rewards,
   score,
 )
 from mgrpo_jax.agents.oracle_policy import render_oracle_action
 from mgrpo_jax.agents.tools import SearchIndex, default_registry
+from mgrpo_jax.core.rewards import RewardWeights
 from mgrpo_jax.serving import messages
 from mgrpo_jax.serving.proto import sub_agent_pb2 as pb
 from mgrpo_jax.tasks import judges, pages, questions, statements, world
@@ -97,10 +98,24 @@ def test_oracle_rollouts_are_correct_and_well_formed(env, batch):
   assert all(r.trajectory.format_ok and r.trajectory.end == records.END_RESULT
              for r in main + sub)
   assert np.mean([r.expert for r in sub]) >= 0.99
-  r_main, r_sub = rewards(main, sub)
+  r_main, r_sub = _rewards(main, sub)
   np.testing.assert_allclose(r_main, [0.1 + 0.9 * r.correct for r in main], rtol=1e-6)
   np.testing.assert_allclose(
     r_sub, [0.1 + 0.4 * r.main_correct + 0.5 * r.expert for r in sub], rtol=1e-6)
+
+
+def _rewards(main, sub):
+  """R_M [N] and R_S [M] of scored records through the run's one reward path, with the
+  paper's weights."""
+  def field(rs, name):
+    return np.array([getattr(r, name) for r in rs])
+
+  def format_ok(rs):
+    return np.array([r.trajectory.format_ok for r in rs], bool)
+
+  return (plugins.main_rewards(format_ok(main), field(main, "correct"), RewardWeights()),
+          plugins.sub_rewards(format_ok(sub), field(sub, "main_correct"), field(sub, "expert"),
+                              RewardWeights()))
 
 
 def _sampled_segments(trajectory):

@@ -29,7 +29,9 @@ ALLOWED = {
     # multi-host slices and the memory planner, over the per-agent machinery
     "scale": _MODELS | {"training", "metrics", "config"},
     "warm_start": _MODELS | _AGENTS | {"training", "scale", "metrics"},
-    "evaluation": _MODELS | _AGENTS | {"training", "scale", "warm_start", "metrics"},
+    # plugins: the page's R_M is the run's (gin-bound) reward
+    "evaluation": _MODELS | _AGENTS | {"training", "scale", "warm_start", "metrics",
+                                       "plugins"},
     # the step protocol of the two slices and the run's stages: composes everything
     "slices": _MODELS | _AGENTS | {"training", "scale", "warm_start", "evaluation", "serving",
                                    "store", "metrics", "plugins"},

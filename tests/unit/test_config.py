@@ -19,6 +19,7 @@ from mgrpo_jax.config import (
 from mgrpo_jax.config.spec import PRETRAINED_PRESETS
 from mgrpo_jax.core.alignment import MODES as ALIGNMENT_MODES
 from mgrpo_jax.core.losses import AGGREGATIONS
+from mgrpo_jax.core.rewards import SUB_REWARDS, RewardWeights
 from mgrpo_jax.store import keys
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
@@ -61,6 +62,23 @@ def test_paper_preset_sets_the_papers_group_sizes():
   assert config.mgrpo.rollouts_per_query == 8
   assert config.mgrpo.aligned_sub_calls == 8
   assert config.main.optim.learning_rate == 1e-6
+
+
+def test_released_code_preset_is_the_released_codes_sub_reward():
+  """R_S = format * (0.1 + 0.9 * correct_M), through the config's weights."""
+  rewards = _load_config_module("default").get_config("released_code").rewards
+  assert RewardWeights.from_config(rewards) == RewardWeights(
+      a1=0.1, a2=0.9, b1=0.1, b2=0.9, b3=0.0, sub_reward="released")
+
+
+def test_the_released_sub_reward_refuses_an_expert_weight():
+  config = base_config()
+  apply_overrides(config, {"rewards.sub_reward": "released"})
+  with pytest.raises(ConfigError, match=r"'rewards.b3': rewards.sub_reward='released' has "
+                                        r"no expert term: must be 0 .* got 0.5"):
+    validate(config)
+  apply_overrides(config, {"rewards.b3": 0.0})
+  validate(config)
 
 
 def test_unknown_preset_names_the_presets():
@@ -152,10 +170,12 @@ def test_spec_groups_match_the_design_modes():
       "mgrpo", "frozen_sub", "no_alignment", "unsynchronized", "shared_policy", "single_agent")
 
 
-def test_aggregation_and_alignment_choices_are_the_core_registries():
+def test_aggregation_alignment_and_sub_reward_choices_are_the_core_registries():
   # one source of truth: what the core can compute is what the config may select
   assert SPEC["main"]["loss"]["aggregation"].allowed == tuple(AGGREGATIONS.names())
   assert SPEC["mgrpo"]["alignment"].allowed == tuple(ALIGNMENT_MODES.names())
+  assert SPEC["rewards"]["sub_reward"].allowed == tuple(SUB_REWARDS.names()) == (
+      "paper", "released")
   assert "seq_mean_token_sum_norm" in SPEC["sub"]["loss"]["aggregation"].allowed
   assert set(SPEC["mgrpo"]["alignment"].allowed) >= {"duplicate_drop", "mask"}
 

@@ -1,4 +1,5 @@
-"""Rewards R_M and R_S (paper section 3.2) and the released code's R_S variant."""
+"""Rewards R_M and R_S (paper section 3.2), the R_S presets (the paper's, the released
+code's) and the config's weights."""
 
 from __future__ import annotations
 
@@ -32,13 +33,37 @@ def test_sub_reward_matches_the_paper_formula():
 
 
 def test_released_variant_is_point_one_or_one():
-  got = rewards.SUB_REWARDS["released"](np.array([1, 1, 0, 0]), np.array([0, 1, 0, 1]),
-                                        np.array([0.9, 0.0, 1.0, 1.0]))
+  got = rewards.SUB_REWARDS.get("released")(np.array([1, 1, 0, 0]), np.array([0, 1, 0, 1]),
+                                            np.array([0.9, 0.0, 1.0, 1.0]))
   np.testing.assert_allclose(np.asarray(got), [0.1, 1.0, 0.0, 0.0], rtol=1e-6)
-  assert rewards.get_sub_reward("paper") is rewards.sub_reward
-  assert rewards.get_sub_reward("released") is rewards.sub_reward_released
-  with pytest.raises(ValueError, match="sub reward"):
-    rewards.get_sub_reward("expert_only")
+  # The config's weights reach it: format * (b1 + b2 * main_correct), no expert term.
+  weighted = rewards.sub_reward_released(np.array([1, 1]), np.array([0, 1]),
+                                         np.array([1.0, 1.0]), b1=0.2, b2=0.5, b3=0.0)
+  np.testing.assert_allclose(np.asarray(weighted), [0.2, 0.7], rtol=1e-6)
+  with pytest.raises(ValueError, match="no expert term: b3 must be 0, got 0.5"):
+    rewards.sub_reward_released(np.array([1]), np.array([1]), np.array([1.0]), b3=0.5)
+
+
+def test_sub_reward_presets_are_a_registry():
+  assert rewards.SUB_REWARDS.names() == ["paper", "released"]
+  assert rewards.SUB_REWARDS.get("paper") is rewards.sub_reward
+  assert rewards.SUB_REWARDS.get("released") is rewards.sub_reward_released
+  with pytest.raises(ValueError, match=r"unknown sub reward 'expert_only'; known: "
+                                       r"\['paper', 'released'\]"):
+    rewards.SUB_REWARDS.get("expert_only")
+  with pytest.raises(ValueError, match="sub reward 'paper' is already registered"):
+    rewards.SUB_REWARDS.register("paper")(rewards.sub_reward)
+
+
+def test_reward_weights_are_the_configs_keys_as_set():
+  assert rewards.RewardWeights.from_config(
+      {"a1": 0.1, "a2": 0.9, "b1": 0.1, "b2": 0.4, "b3": 0.5, "sub_reward": "paper"}
+  ) == rewards.RewardWeights()
+  got = rewards.RewardWeights.from_config(
+      {"a1": 0.2, "a2": 0.7, "b1": 0.3, "b2": 0.6, "b3": 0, "sub_reward": "released"})
+  assert got == rewards.RewardWeights(a1=0.2, a2=0.7, b1=0.3, b2=0.6, b3=0.0,
+                                      sub_reward="released")
+  assert isinstance(got.b3, float)
 
 
 def test_rollout_correctness_broadcasts_to_aligned_slots():

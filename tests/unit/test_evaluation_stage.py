@@ -1,16 +1,23 @@
-"""One evaluation per label, and one per evaluation key across runs (evaluation/stage.py)."""
+"""One evaluation per label, and one per evaluation key across runs (evaluation/stage.py);
+its trajectory page shows the run's R_M."""
 
 from __future__ import annotations
 
 import json
+import re
 import threading
+import types
 
 import pytest
 
+from mgrpo_jax import plugins
+from mgrpo_jax.agents.records import MainRecord
 from mgrpo_jax.config import apply_overrides, base_config, flat_values
-from mgrpo_jax.evaluation.stage import evaluation_key, shared_evaluation
+from mgrpo_jax.evaluation.stage import evaluation_key, shared_evaluation, write_page
 from mgrpo_jax.training.paths import RunPaths
 from mgrpo_jax.utils.atomic_files import atomic_write
+from tests.support import user_rewards
+from tests.support.page_records import trajectory
 
 
 def _config(**overrides):
@@ -43,7 +50,7 @@ def test_the_decoupled_modes_and_run_labels_share_a_key_and_nothing_else_does():
            {"experiment.seed": 1}, {"eval.num_questions": 7}, {"eval.samples": 3},
            {"world.test_seed": 5}, {"main.sampling.temperature": 0.5},
            {"main.model.init_checkpoint": "/w/multi-s1/main"},
-           {"mgrpo.max_sub_calls": 2}]
+           {"mgrpo.max_sub_calls": 2}, {"rewards.a1": 0.2}]
   keys = [evaluation_key(_config(**overrides)) for overrides in other]
   assert len(set(keys) | {key}) == len(other) + 1, dict(zip(map(str, other), keys, strict=True))
   assert len(key) == 16 and int(key, 16) >= 0
@@ -105,3 +112,34 @@ def test_runs_that_start_together_evaluate_once(tmp_path):
     thread.join()
   assert len(calls) == 1
   assert len({_files(paths, "warm_start") for paths in runs}) == 1
+
+
+@pytest.mark.usefixtures("clean_gin")
+def test_a_gin_bound_reward_gets_its_own_evaluation_key():
+  key = evaluation_key(_config())
+  plugins.parse_gin([], [f"import {user_rewards.__name__}", user_rewards.BINDING])
+  assert evaluation_key(_config()) != key
+
+
+def _page_rewards(tmp_path, **overrides) -> list[str]:
+  """R_M of each rollout on the evaluation page `write_page` writes under `overrides`."""
+  config = _config(**{"eval.viewer_questions": 1, **overrides})
+  paths = RunPaths.from_config(config, str(tmp_path))
+  main = [MainRecord("a", k, "main", trajectory([(f"<result>{a}</result>", None, "")], a),
+                     0, float(a == "gold")) for k, a in enumerate(("gold", "no"))]
+  question = types.SimpleNamespace(text="text a", answer="gold", type="lookup")
+  result = types.SimpleNamespace(main=main, sub=[], questions={"a": question})
+  summary = {"accuracy": 0.5, "accuracy_ci95": 0.1, "num_questions": 1, "num_rollouts": 2,
+             "format_rate": 1.0, "sub_calls_mean": 0.0}
+  write_page(config, paths, "final", result, summary)
+  page = (paths.local / "report" / "eval_final.html").read_text()
+  return re.findall(r"R_M (-?[0-9.]+)", page)
+
+
+@pytest.mark.usefixtures("clean_gin")
+def test_the_evaluation_page_shows_the_runs_r_main(tmp_path):
+  assert _page_rewards(tmp_path / "paper") == ["1.000", "0.100"]
+  assert _page_rewards(tmp_path / "weights", **{"rewards.a1": 0.3, "rewards.a2": 0.5}) == [
+      "0.800", "0.300"]
+  plugins.parse_gin([], [f"import {user_rewards.__name__}", user_rewards.BINDING])
+  assert _page_rewards(tmp_path / "gin") == ["2.000", "-1.000"]

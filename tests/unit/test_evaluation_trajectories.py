@@ -1,6 +1,7 @@
 """An evaluation's records as trajectory page data: questions in order, S's calls under
-M's delegations, a delegation refused by the sub-call limit without one, R_M; the
-evaluation's page, named by its label, with its legend and index."""
+M's delegations, a delegation refused by the sub-call limit without one, R_M through the
+run's (gin-replaceable) reward with its weights; the evaluation's page, named by its
+label, with its legend and index."""
 
 from __future__ import annotations
 
@@ -8,15 +9,19 @@ import types
 
 import pytest
 
+from mgrpo_jax import plugins
 from mgrpo_jax.agents.records import MainRecord
 from mgrpo_jax.config import apply_overrides, base_config
+from mgrpo_jax.core.rewards import RewardWeights
 from mgrpo_jax.evaluation import stage
-from mgrpo_jax.evaluation.trajectories import page_questions
+from mgrpo_jax.evaluation.trajectories import evaluation_credit, page_questions
 from mgrpo_jax.training.paths import RunPaths
+from tests.support import user_rewards
 from tests.support.page_records import sub_record, trajectory
 
 QUESTIONS = {q: types.SimpleNamespace(text=f"text {q}", answer="gold", type="lookup")
              for q in ("a", "b", "c")}
+PAPER = RewardWeights()
 
 
 @pytest.fixture
@@ -33,17 +38,22 @@ def records():
   return main, [sub_record("a", 0, 1, **scored), sub_record("a", 0, 0, **scored)]
 
 
+def _pages(main, sub, limit, weights=PAPER):
+  return page_questions(main, sub, QUESTIONS, limit=limit,
+                        credit=evaluation_credit(main, weights))
+
+
 def test_questions_in_order_up_to_the_limit(records):
   main, sub = records
-  out = page_questions(main, sub, QUESTIONS, limit=2)
+  out = _pages(main, sub, 2)
   assert [q.id for q in out] == ["a", "b"]
   assert [[r.index for r in q.rollouts] for q in out] == [[0, 1], [0]]
-  assert page_questions(main, sub, QUESTIONS, limit=0) == []
+  assert _pages(main, sub, 0) == []
 
 
 def test_sub_calls_go_to_delegations_in_order_and_not_to_a_refused_one(records):
   main, sub = records
-  rollout = page_questions(main, sub, QUESTIONS, limit=1)[0].rollouts[0]
+  rollout = _pages(main, sub, 1)[0].rollouts[0]
   assistant = [m for m in rollout.messages if m.role == "assistant"]
   assert [m.sub_call.index if m.sub_call else None for m in assistant] == [0, 1, None, None,
                                                                           None]
@@ -59,10 +69,11 @@ def test_sub_calls_go_to_delegations_in_order_and_not_to_a_refused_one(records):
 
 def test_correctness_and_r_main(records):
   main, sub = records
-  (question,) = page_questions(main, sub, QUESTIONS, limit=1)
+  (question,) = _pages(main, sub, 1)
   first, second = question.rollouts
   assert (first.correct, second.correct) == (True, False)
   assert first.reward == pytest.approx(1.0) and second.reward == 0.0  # format error
+  assert first.advantage is None and second.advantage is None  # an evaluation has no A_M
   assert (first.final, second.final) == ("gold", None)
   assert (question.text, question.gold, question.kind) == ("text a", "gold", "lookup")
 
@@ -84,3 +95,22 @@ def test_an_evaluations_page_is_named_by_its_label(records, tmp_path, label, nam
   assert f"Held-out evaluation: {label}" in page and 'class="legend"' in page
   assert page.index('<a href="#q-a">text a</a>') < page.index('<a href="#q-b">text b</a>')
   assert 'id="q-a"' in page and 'id="q-b"' in page and 'id="q-c"' not in page
+
+
+def test_r_main_takes_the_runs_weights(records):
+  main, sub = records
+  (question,) = _pages(main, sub, 1, RewardWeights(a1=0.3, a2=0.5))
+  assert [r.reward for r in question.rollouts] == pytest.approx([0.8, 0.0])
+  credit = evaluation_credit(main, RewardWeights(a1=0.3, a2=0.5))
+  assert list(credit.main) == [("a", 0), ("a", 1), ("b", 0), ("c", 0)]
+  assert [r for r, _ in credit.main.values()] == pytest.approx([0.8, 0.0, 0.3, 0.3])
+  assert all(a is None for _, a in credit.main.values())
+  assert credit.sub == {} and evaluation_credit([], PAPER).main == {}
+
+
+@pytest.mark.usefixtures("clean_gin")
+def test_a_gin_bound_main_reward_is_the_one_shown(records):
+  main, sub = records
+  plugins.parse_gin([], [f"import {user_rewards.__name__}", user_rewards.BINDING])
+  pages = _pages(main, sub, 3)
+  assert [[r.reward for r in q.rollouts] for q in pages] == [[2.0, -1.0], [-1.0], [-1.0]]

@@ -1,6 +1,7 @@
 """The numbers of a step both slices read (`slices/runtime.py`, `StepSettings`)."""
 
 from mgrpo_jax.config import apply_overrides, base_config
+from mgrpo_jax.core.rewards import RewardWeights
 from mgrpo_jax.slices.runtime import StepSettings, train_lengths
 
 
@@ -16,6 +17,15 @@ def test_step_settings_read_the_config():
   assert (settings.num_queries, settings.num_rollouts, settings.num_slots) == (3, 5, 2)
   assert (settings.staleness, settings.wait_timeout_s) == (1, 9.5)
   assert settings.advantage.std == "unbiased" and settings.weights.a1 == 0.2
+
+
+def test_reward_weights_are_the_configs():
+  config = base_config()
+  assert StepSettings.from_config(config).weights == RewardWeights(
+      a1=0.1, a2=0.9, b1=0.1, b2=0.4, b3=0.5, sub_reward="paper")
+  apply_overrides(config, {"rewards.b1": 0.2, "rewards.b2": 0.3, "rewards.b3": 0.25})
+  weights = StepSettings.from_config(config).weights
+  assert (weights.b1, weights.b2, weights.b3) == (0.2, 0.3, 0.25)
 
 
 def test_train_lengths_pad_to_the_context_unless_a_shortest_length_is_set():

@@ -10,11 +10,13 @@ import jax
 import numpy as np
 import pytest
 
+from mgrpo_jax import plugins
 from mgrpo_jax.agents.records import END_FORMAT, END_RESULT, MainRecord, SubRecord, Trajectory
 from mgrpo_jax.core import alignment
+from mgrpo_jax.core.rewards import RewardWeights
 from mgrpo_jax.slices import step_math
 
-WEIGHTS = step_math.RewardWeights()
+WEIGHTS = RewardWeights()
 ADV = step_math.AdvantageConfig()
 
 
@@ -42,7 +44,7 @@ def _normalize(x: np.ndarray, valid: np.ndarray) -> np.ndarray:
 def test_main_rewards_and_advantages_match_the_paper():
   format_ok = np.array([[True, True, False, True], [True, False, True, True]])
   correct = np.array([[1, 0, 1, 0], [0, 0, 0, 0]], np.float32)
-  r = step_math.main_rewards(format_ok, correct, WEIGHTS)
+  r = plugins.main_rewards(format_ok, correct, WEIGHTS)
   expected = np.where(format_ok, 0.1 + 0.9 * correct, 0.0)
   np.testing.assert_allclose(r, expected, atol=1e-7)
   adv = step_math.main_advantages(r, ADV)
@@ -227,3 +229,15 @@ def test_queued_step_of_an_empty_queue_has_no_loss_token_and_rejects_ragged_grou
   with pytest.raises(ValueError, match="groups of 3"):
     step_math.queued_sub_step([], [], num_rows=4, group_size=3, weights=WEIGHTS,
                               advantage=ADV, pad_id=0, buckets=(16,))
+
+
+def test_call_rewards_take_the_configs_preset_and_weights():
+  calls = [_scored(i, ok, expert, correct) for i, (ok, expert, correct) in enumerate(
+      [(True, 1.0, 1.0), (True, 0.5, 0.0), (False, 1.0, 1.0)])]
+  main_correct = np.array([c.main_correct for c in calls])
+  paper = RewardWeights(b1=0.2, b2=0.3, b3=0.4)
+  np.testing.assert_allclose(step_math.call_rewards(calls, main_correct, paper),
+                             [0.2 + 0.3 + 0.4, 0.2 + 0.4 * 0.5, 0.0], atol=1e-6)
+  released = RewardWeights(b1=0.1, b2=0.9, b3=0.0, sub_reward="released")
+  np.testing.assert_allclose(step_math.call_rewards(calls, main_correct, released),
+                             [1.0, 0.1, 0.0], atol=1e-6)

@@ -9,9 +9,11 @@ import types
 import numpy as np
 import pytest
 
+from mgrpo_jax import plugins
 from mgrpo_jax.agents.scoring import score
 from mgrpo_jax.config import apply_overrides, base_config
 from mgrpo_jax.config.modes import parse_mode
+from mgrpo_jax.core.rewards import RewardWeights
 from mgrpo_jax.slices import step_math, step_pages
 from mgrpo_jax.tasks.judges import ExactMatchJudge
 from mgrpo_jax.training import agent_setup
@@ -24,7 +26,7 @@ COUNTS = np.array([[1, 2, 0], [4, 1, 3]])
 CORRECT = np.array([[1, 0, 0], [1, 1, 0]], np.float32)
 QUESTIONS = {q: types.SimpleNamespace(id=q, text=f"text {q}", answer="gold", type="lookup")
              for q in QUERY_IDS}
-WEIGHTS, ADVANTAGE = step_math.RewardWeights(), step_math.AdvantageConfig()
+WEIGHTS, ADVANTAGE = RewardWeights(), step_math.AdvantageConfig()
 
 
 def _judge(question, subtask, report) -> float:
@@ -42,7 +44,7 @@ def _step(mode: str, served: bool = True):
   sub = [sub_record(qid, k, i) for q, qid in enumerate(QUERY_IDS)
          for k in range(COUNTS.shape[1]) for i in range(COUNTS[q, k])] if served else []
   grid = step_math.main_grid(main, QUERY_IDS, COUNTS.shape[1])
-  reward = step_math.main_rewards(grid["format_ok"], grid["correct"], WEIGHTS)
+  reward = plugins.main_rewards(grid["format_ok"], grid["correct"], WEIGHTS)
   return config, main, sub, grid, reward, step_math.main_advantages(reward, ADVANTAGE)
 
 
