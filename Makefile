@@ -34,7 +34,7 @@ JAX_TEST_ENV := JAX_COMPILATION_CACHE_DIR=$(JAX_TEST_CACHE) \
 # in collection order, the long integration files first and the short unit files last
 # (xdist's default hands out the files with the most tests first, which left a
 # two-minute training test for the end). --durations lists the slowest tests
-# (docs/ARCHITECTURE.md, "Test time").
+# (docs/BENCHMARKS.md, "Test time").
 test: venv
 	env $(JAX_TEST_ENV) $(PY) -m pytest tests -q -p no:cacheprovider -n auto --dist loadfile \
 		--no-loadscope-reorder --durations=20
