@@ -29,18 +29,24 @@ JAX_TEST_CACHE ?= $(CURDIR)/.cache/jax_tests
 JAX_TEST_ENV := JAX_COMPILATION_CACHE_DIR=$(JAX_TEST_CACHE) \
 	JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 JAX_COMPILATION_CACHE_MAX_SIZE=4000000000
 
-# One pytest worker per core (pytest-xdist); each test file runs on one worker, so its
-# module fixtures (warm starts, worlds, emulators) are built once. Files are handed out
-# in collection order, the long integration files first and the short unit files last
-# (xdist's default hands out the files with the most tests first, which left a
-# two-minute training test for the end). --durations lists the slowest tests
-# (docs/BENCHMARKS.md, "Test time").
+# `make test` runs every test once: the integration tests under pytest, then the unit
+# tests under Bazel where it is installed (one sandboxed target per package: a test that
+# leans on something its target does not declare fails there), else under pytest; it
+# fails if either part fails. One pytest worker per core (pytest-xdist); each test file
+# runs on one worker, so its module fixtures (warm starts, worlds, emulators) are built
+# once. Files are handed out in collection order, the longest first (xdist's default
+# hands out the files with the most tests first, which left a two-minute training test
+# for the end). --durations lists the slowest tests (docs/BENCHMARKS.md, "Test time").
+PYTEST := env $(JAX_TEST_ENV) $(PY) -m pytest -q -p no:cacheprovider -n auto --dist loadfile \
+	--no-loadscope-reorder --durations=20
+
 test: venv
-	env $(JAX_TEST_ENV) $(PY) -m pytest tests -q -p no:cacheprovider -n auto --dist loadfile \
-		--no-loadscope-reorder --durations=20
+	rc=0; $(PYTEST) tests/integration || rc=$$?; \
+	if command -v bazel >/dev/null 2>&1; then $(MAKE) --no-print-directory bazel-test || rc=$$?; \
+	else $(PYTEST) tests/unit || rc=$$?; fi; exit $$rc
 
 test-unit: venv
-	env $(JAX_TEST_ENV) $(PY) -m pytest tests/unit -q -p no:cacheprovider
+	$(PYTEST) tests/unit
 
 bazel-test: venv
 	mkdir -p $(JAX_TEST_CACHE)
