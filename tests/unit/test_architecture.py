@@ -6,9 +6,9 @@ import pathlib
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "mgrpo_jax"
 
 # unit -> the project units it may import (besides itself). A unit is a top-level
-# subpackage or module, except agents/tools, which is its own unit.
+# subpackage or module.
 _MODELS = {"models", "text", "sampling", "utils"}
-_AGENTS = {"agents", "agents.tools", "tasks", "core", "config"}
+_AGENTS = {"agents", "tools", "tasks", "core", "config"}
 ALLOWED = {
     "core": set(),
     "config": {"core"},  # the core's registries are the choices of their keys
@@ -18,11 +18,11 @@ ALLOWED = {
     "text": {"utils"},  # utils.gguf_file, the GGUF parser
     "models": {"text", "utils"},
     "sampling": {"models", "text", "utils"},
-    "agents.tools": set(),
-    "tasks": {"agents.tools"},
-    "agents": {"agents.tools", "tasks", "text", "sampling", "models", "core", "utils", "config"},
-    "plugins": {"core", "agents.tools"},
-    "serving": {"agents", "agents.tools", "tasks", "text", "sampling", "models", "core", "utils",
+    "tools": set(),
+    "tasks": {"tools"},
+    "agents": {"tools", "tasks", "text", "sampling", "models", "core", "utils", "config"},
+    "plugins": {"core", "tools"},
+    "serving": {"agents", "tools", "tasks", "text", "sampling", "models", "core", "utils",
                 "store", "config"},
     # the per-agent machinery: train state, update, checkpoints, data, an agent's set-up
     "training": _MODELS | _AGENTS | {"serving", "plugins"},
@@ -39,8 +39,6 @@ ALLOWED = {
 
 
 def _unit(parts: list[str]) -> str:
-  if parts[:2] == ["agents", "tools"]:
-    return "agents.tools"
   return parts[0].removesuffix(".py")
 
 
