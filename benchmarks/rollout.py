@@ -36,12 +36,12 @@ from mgrpo_jax.agents import (
   specs,
 )
 from mgrpo_jax.agents.thinking_oracle import ThinkingOraclePolicy
-from mgrpo_jax.agents.tools import SearchIndex, default_registry
 from mgrpo_jax.models import get_config, init_model
 from mgrpo_jax.sampling import Sampler, SamplerConfig
 from mgrpo_jax.tasks import pages, questions, world
 from mgrpo_jax.tasks.oracle import OracleMainAgent, OracleSubAgent
 from mgrpo_jax.text import SentencePieceTokenizer
+from mgrpo_jax.tools import SearchIndex, default_registry
 
 K = 4
 THINKING_TOKENS = 16

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mgrpo_jax.agents.tools.search import STOPWORDS, TITLE_WEIGHT, SearchIndex, build_index
 from mgrpo_jax.tasks import pages, questions, world
+from mgrpo_jax.tools.search import STOPWORDS, TITLE_WEIGHT, SearchIndex, build_index
 
 _TERM = re.compile(r"\w+")
 

@@ -14,7 +14,7 @@ Replaceable components and the signature each must have:
   like the presets of `mgrpo_jax.core.rewards.SUB_REWARDS` (e.g. [Q, K, D]); a bound one
   replaces the preset `rewards.sub_reward` names.
 - `user_tools`: extra tools of M (`main`), S (`sub`) or the single agent (`single`),
-  each a factory `() -> mgrpo_jax.agents.tools.Tool` (name, description, JSON schema of
+  each a factory `() -> mgrpo_jax.tools.Tool` (name, description, JSON schema of
   its keyword arguments, function returning a str or a `ToolResult`):
 
     mgrpo_jax.plugins.user_tools.main = [@my_project.tools.word_count_tool]
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import gin
 import numpy as np
 
-from mgrpo_jax.agents.tools import Tool, check_tool
+from mgrpo_jax.tools import Tool, check_tool
 
 if TYPE_CHECKING:
   from mgrpo_jax.core.rewards import RewardWeights
@@ -151,7 +151,7 @@ def _make_tool(factory: ToolFactory, binding: str,
     raise ValueError(f"{binding}: {name}() raised {type(e).__name__}: {e}") from e
   if not isinstance(tool, Tool):
     raise ValueError(f"{binding}: {name}() returned {type(tool).__name__}, not a "
-                     "mgrpo_jax.agents.tools.Tool")
+                     "mgrpo_jax.tools.Tool")
   problem = check_tool(tool)
   if problem:
     raise ValueError(f"{binding}: {name}(): {problem}")

@@ -51,7 +51,7 @@ import json, sys, tempfile
 import dataclasses
 from flax import nnx
 from mgrpo_jax.agents import AgentLimits, OraclePolicy, RolloutConfig, SamplerPolicy, specs
-from mgrpo_jax.agents.tools import SearchIndex, default_registry
+from mgrpo_jax.tools import SearchIndex, default_registry
 from mgrpo_jax.models import get_config, init_model
 from mgrpo_jax.sampling import Sampler
 from mgrpo_jax.serving.sub_service import RequestGate, SubAgentService, WeightVersions

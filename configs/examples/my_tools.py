@@ -10,7 +10,7 @@ are checked against the JSON schema below and executed like the built-in tools.
 
 import gin
 
-from mgrpo_jax.agents.tools import Tool, ToolResult
+from mgrpo_jax.tools import Tool, ToolResult
 
 # How many of the base unit (metre, kilogram, second) one unit is.
 _UNITS = {

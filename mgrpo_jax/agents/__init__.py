@@ -15,13 +15,13 @@ Modules (one job each):
   records        frozen trajectory records (token ids, loss mask, logprobs, rewards)
   scoring        r_correct, r_expert and M's correctness replicated to S's records
   modes          mgrpo / frozen_sub / no_alignment / shared_policy / single_agent
-  tools          search, visit, reason and the registry
 
-`agents` imports `agents.tools`, `tasks`, `text`, `sampling`, `models`, `core`, `utils`
-and `config.modes`, never training. Protocol reference: docs/PROTOCOL.md.
+The tools (search, visit, reason and the registry) are `mgrpo_jax.tools`, below both
+`agents` and `tasks`. `agents` imports `tools`, `tasks`, `text`, `sampling`, `models`,
+`core`, `utils` and `config.modes`, never training. Protocol reference: docs/PROTOCOL.md.
 
-The names below are loaded on first use, so importing `mgrpo_jax.agents.tools` (a tool
-server, the world builder) does not pull in JAX or the models.
+The names below are loaded on first use, so importing `mgrpo_jax.agents` does not pull
+in JAX or the models.
 """
 
 import importlib

@@ -30,8 +30,8 @@ from mgrpo_jax.agents.policy import Policy
 from mgrpo_jax.agents.protocol import ParsedAction
 from mgrpo_jax.agents.records import MainRecord, SubRecord
 from mgrpo_jax.agents.sub_client import SubAgentClient, SubTaskRequest
-from mgrpo_jax.agents.tools import ToolRegistry
 from mgrpo_jax.text import Tokenizer
+from mgrpo_jax.tools import ToolRegistry
 
 
 class Task(Protocol):

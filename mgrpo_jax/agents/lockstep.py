@@ -19,7 +19,7 @@ import jax
 from mgrpo_jax.agents.episode import AgentEpisode
 from mgrpo_jax.agents.policy import Policy
 from mgrpo_jax.agents.protocol import ParsedAction
-from mgrpo_jax.agents.tools import ToolRegistry
+from mgrpo_jax.tools import ToolRegistry
 
 Executor = Callable[[list[tuple[AgentEpisode, ParsedAction]], jax.Array], None]
 

@@ -19,9 +19,9 @@ from mgrpo_jax.agents.config import RolloutConfig
 from mgrpo_jax.agents.controller import RolloutController
 from mgrpo_jax.agents.policy import Policy
 from mgrpo_jax.agents.sub_client import InProcessSubAgentClient, Summarizer
-from mgrpo_jax.agents.tools import ToolRegistry
 from mgrpo_jax.config.modes import MODES, Mode, parse_mode
 from mgrpo_jax.text import Tokenizer
+from mgrpo_jax.tools import ToolRegistry
 
 __all__ = ["MODES", "Agent", "make_controller"]
 

@@ -7,7 +7,7 @@
 
 A tool call is well formed for an agent when the tool is one of the agent's, its
 arguments fit the tool's JSON schema (required fields, JSON types, no unknown fields,
-checked with `agents.tools.validate_args`), and no string argument is longer than
+checked with `tools.validate_args`), and no string argument is longer than
 `max_argument_chars`. Wrong values (a page that does not exist) are not format errors:
 the tool answers with an error observation.
 
@@ -23,7 +23,7 @@ import dataclasses
 import json
 
 from mgrpo_jax.agents import protocol
-from mgrpo_jax.agents.tools import Tool, ToolResult, validate_args
+from mgrpo_jax.tools import Tool, ToolResult, validate_args
 
 DELEGATE = "delegate"
 DEFAULT_MAX_ARGUMENT_CHARS = 1024

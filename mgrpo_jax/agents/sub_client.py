@@ -27,8 +27,8 @@ from mgrpo_jax.agents.episode import AgentEpisode
 from mgrpo_jax.agents.lockstep import LoopStats, run_lockstep, tool_executor
 from mgrpo_jax.agents.policy import Policy
 from mgrpo_jax.agents.records import SubRecord, Trajectory
-from mgrpo_jax.agents.tools import ToolRegistry
 from mgrpo_jax.text import Tokenizer
+from mgrpo_jax.tools import ToolRegistry
 
 Summarizer = Callable[[Trajectory], str]
 TRUNCATED = " [truncated]"

@@ -51,13 +51,13 @@ from mgrpo_jax.agents.sub_client import (
   SubTaskRequest,
   Summarizer,
 )
-from mgrpo_jax.agents.tools import ToolRegistry
 from mgrpo_jax.serving import messages
 from mgrpo_jax.serving.messages import TASK_FIELDS, TASKS_FIELD, BadRequest
 from mgrpo_jax.serving.proto import sub_agent_pb2 as pb
 from mgrpo_jax.serving.rpc import Method, RpcServer, ServerLimits
 from mgrpo_jax.serving.tls import ServerTls
 from mgrpo_jax.text import Tokenizer
+from mgrpo_jax.tools import ToolRegistry
 
 Arrival = tuple[int, int]  # (delegation batch of the step, position in the batch)
 SEED_RANGE = 2**32  # jax.random.key takes a 32-bit seed

@@ -19,6 +19,7 @@ import pathlib
 from typing import Protocol, runtime_checkable
 
 from mgrpo_jax.store.errors import InvalidKeyError
+from mgrpo_jax.store.keys import validate_file_name
 from mgrpo_jax.utils.atomic_files import atomic_write
 
 
@@ -47,16 +48,6 @@ class Folder(Protocol):
     ...
 
 
-def validate_name(name: str) -> str:
-  """Returns `name` unchanged, or raises `InvalidKeyError` naming the bad segment."""
-  if not isinstance(name, str) or not name:
-    raise InvalidKeyError(f"file name must be a non-empty str, got {name!r}")
-  for segment in name.split("/"):
-    if not segment or segment.startswith("."):
-      raise InvalidKeyError(f"file name {name!r} has an empty or hidden segment {segment!r}")
-  return name
-
-
 class LocalFolder:
   """Files under a local folder; `write` is `atomic_write` (fsynced)."""
 
@@ -68,7 +59,7 @@ class LocalFolder:
     return str(self._root)
 
   def path(self, name: str) -> pathlib.Path:
-    return self._root / validate_name(name)
+    return self._root / validate_file_name(name)
 
   def child(self, name: str) -> LocalFolder:
     return LocalFolder(self.path(name))

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from google.api_core import exceptions as gexc
 
-from mgrpo_jax.store.folder import validate_name
 from mgrpo_jax.store.gcs import GCSLocation
+from mgrpo_jax.store.keys import validate_file_name
 
 
 class GCSFolder(GCSLocation):
@@ -58,4 +58,4 @@ class GCSFolder(GCSLocation):
     self._call("delete", name, attempt)
 
   def _object_name(self, name: str) -> str:
-    return self._object_prefix + validate_name(name)
+    return self._object_prefix + validate_file_name(name)

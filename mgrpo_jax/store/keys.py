@@ -1,10 +1,13 @@
-"""Validation of store keys and list prefixes, shared by every backend.
+"""Validation of store keys, list prefixes and folder file names, shared by every backend.
 
 A key is one or more `/`-separated segments; each segment starts with a letter, digit or
 `_` and continues with letters, digits, `_`, `-` or `.`. This rules out empty keys, `..`,
 leading or trailing `/`, empty segments and hidden names (backends use names starting
 with `.` for their own temporary files), and keeps keys portable between a local folder
 and GCS object names.
+
+A folder's file name (`store.folder`) is looser: `/`-separated segments, none empty or
+starting with `.`.
 """
 
 from __future__ import annotations
@@ -59,6 +62,17 @@ def validate_prefix(prefix: object) -> str:
       raise InvalidKeyError(
           f"store prefix {prefix!r} has an invalid segment {segment!r}; allowed: {_ALLOWED}")
   return prefix
+
+
+def validate_file_name(name: str) -> str:
+  """Returns the folder file name `name` unchanged, or raises `InvalidKeyError` naming the
+  bad segment."""
+  if not isinstance(name, str) or not name:
+    raise InvalidKeyError(f"file name must be a non-empty str, got {name!r}")
+  for segment in name.split("/"):
+    if not segment or segment.startswith("."):
+      raise InvalidKeyError(f"file name {name!r} has an empty or hidden segment {segment!r}")
+  return name
 
 
 def as_record_bytes(key: str, data: object) -> bytes:

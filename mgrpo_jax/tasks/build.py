@@ -21,10 +21,10 @@ import pathlib
 import sys
 import tempfile
 
-from mgrpo_jax.agents.tools.search import build_index
 from mgrpo_jax.tasks import datasets as datasets_lib
 from mgrpo_jax.tasks import tfds_builder
 from mgrpo_jax.tasks.renderings import RENDERINGS, get_rendering
+from mgrpo_jax.tools.search import build_index
 
 DATA_SUFFIXES = (".sqlite", ".array_record")
 

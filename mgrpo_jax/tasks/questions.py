@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from mgrpo_jax.agents.tools import reason
 from mgrpo_jax.tasks import schema
 from mgrpo_jax.tasks.world import Fact, World
+from mgrpo_jax.tools import reason
 
 ENTITY_QUESTIONS = ("What is the name of {}?", "Which {noun} is {}?")
 DIFFERENCE_QUESTION = "How many years after {} was {}?"

@@ -35,7 +35,6 @@ from mgrpo_jax import plugins
 from mgrpo_jax.agents import protocol, specs
 from mgrpo_jax.agents.config import AgentLimits, RolloutConfig
 from mgrpo_jax.agents.policy import SamplerPolicy
-from mgrpo_jax.agents.tools import ToolRegistry, index_registry, world_index
 from mgrpo_jax.config.modes import parse_mode
 from mgrpo_jax.config.spec import PRETRAINED_PRESETS
 from mgrpo_jax.models import get_config, init_model, load_pretrained
@@ -43,6 +42,7 @@ from mgrpo_jax.models.config import LoraConfig
 from mgrpo_jax.models.lora import with_lora
 from mgrpo_jax.sampling import Sampler, SamplerConfig, SamplingParams
 from mgrpo_jax.text import DEFAULT_USER_DEFINED_SYMBOLS, SentencePieceTokenizer
+from mgrpo_jax.tools import ToolRegistry, index_registry, world_index
 from mgrpo_jax.training.checkpoint import restore_params
 from mgrpo_jax.training.data import world_rendering
 from mgrpo_jax.training.files import file_lock

@@ -24,11 +24,11 @@ import string
 
 from mgrpo_jax.agents import specs
 from mgrpo_jax.agents.oracle_policy import oracle_thoughts, render_oracle_action
-from mgrpo_jax.agents.tools import SearchIndex, default_registry
 from mgrpo_jax.tasks import datasets as datasets_lib
 from mgrpo_jax.tasks.oracle import Action
 from mgrpo_jax.tasks.oracle.episode import Episode, run_episode
 from mgrpo_jax.text.chat import Role
+from mgrpo_jax.tools import SearchIndex, default_registry
 from mgrpo_jax.training.data import noisy_oracles, world_rendering
 
 ROLES = ("main", "sub", "single")

@@ -28,9 +28,9 @@ import pathlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from mgrpo_jax.agents.tools import TaskRoutedRegistry, ToolRegistry
-from mgrpo_jax.agents.tools.search import build_index
 from mgrpo_jax.tasks.questions import Question
+from mgrpo_jax.tools import TaskRoutedRegistry, ToolRegistry
+from mgrpo_jax.tools.search import build_index
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.data import load_questions, question_mixture, world_rendering
 from mgrpo_jax.training.files import file_lock

@@ -18,8 +18,8 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 
-from mgrpo_jax.agents.tools import ToolRegistry
 from mgrpo_jax.tasks import questions as questions_lib
+from mgrpo_jax.tools import ToolRegistry
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.data import question_mixture, world_rendering
 from mgrpo_jax.training.train_worlds import (

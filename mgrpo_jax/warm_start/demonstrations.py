@@ -17,11 +17,11 @@ import numpy as np
 
 from mgrpo_jax.agents import Agent, OraclePolicy, RolloutConfig, make_controller, specs
 from mgrpo_jax.agents.inline_oracle import InlineOracle
-from mgrpo_jax.agents.tools import ToolRegistry
 from mgrpo_jax.config.modes import Mode, parse_mode
 from mgrpo_jax.tasks.oracle import MainPolicy, OracleMainAgent, OracleSubAgent, SubPolicy
 from mgrpo_jax.tasks.oracle.noise import MainNoise, SubNoise
 from mgrpo_jax.text import Tokenizer
+from mgrpo_jax.tools import ToolRegistry
 from mgrpo_jax.training.batching import TokenSequence
 
 

@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from mgrpo_jax.agents.tools import SearchIndex, default_registry
 from mgrpo_jax.tasks import judges
 from mgrpo_jax.tasks.build import file_digests
 from mgrpo_jax.tasks.oracle import OracleMainAgent, OracleSubAgent, run_episode
+from mgrpo_jax.tools import SearchIndex, default_registry
 
 
 def _build(out, seed=0, scratch=None):
@@ -105,7 +105,7 @@ def test_bad_world_size_fails_clearly(tmp_path):
 
 def test_world_packages_import_no_jax_models_or_training():
   code = ("import sys, mgrpo_jax.tasks.build, mgrpo_jax.tasks.oracle, mgrpo_jax.tasks.loaders, "
-          "mgrpo_jax.tasks.judges, mgrpo_jax.agents.tools; "
+          "mgrpo_jax.tasks.judges, mgrpo_jax.tools; "
           "bad = [m for m in sys.modules if m in ('jax', 'tensorflow') or m.startswith(("
           "'mgrpo_jax.models', 'mgrpo_jax.training', 'mgrpo_jax.slices', 'mgrpo_jax.scale', "
           "'mgrpo_jax.warm_start', 'mgrpo_jax.evaluation', 'tensorflow.'))]; "

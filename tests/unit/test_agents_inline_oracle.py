@@ -6,10 +6,10 @@ import pytest
 
 from mgrpo_jax.agents.inline_oracle import InlineOracle
 from mgrpo_jax.agents.oracle_policy import render_oracle_action
-from mgrpo_jax.agents.tools import SearchIndex, default_registry
 from mgrpo_jax.tasks.oracle import Step
 from mgrpo_jax.tasks.renderings import get_rendering
 from mgrpo_jax.tasks.symbolic.world import render_pages
+from mgrpo_jax.tools import SearchIndex, default_registry
 from mgrpo_jax.warm_start.budget import questions_for_tokens
 
 SYMBOLIC = get_rendering("symbolic")

@@ -29,7 +29,6 @@ from mgrpo_jax.agents import (
   specs,
 )
 from mgrpo_jax.agents.thinking_oracle import ThinkingOraclePolicy
-from mgrpo_jax.agents.tools import SearchIndex, default_registry
 from mgrpo_jax.models import get_config, init_model
 from mgrpo_jax.sampling import Sampler, SamplerConfig
 from mgrpo_jax.tasks import pages, questions, world
@@ -40,6 +39,7 @@ from mgrpo_jax.text import (
   SentencePieceTokenizer,
   message_text,
 )
+from mgrpo_jax.tools import SearchIndex, default_registry
 
 THINKING_TOKENS = 8
 MAIN_SPEC = dataclasses.replace(specs.MAIN, system="Tools: delegate(subtask), reason(problem).")

@@ -28,7 +28,6 @@ from mgrpo_jax.agents import (
   score,
 )
 from mgrpo_jax.agents.oracle_policy import render_oracle_action
-from mgrpo_jax.agents.tools import SearchIndex, default_registry
 from mgrpo_jax.core.rewards import RewardWeights
 from mgrpo_jax.serving import messages
 from mgrpo_jax.serving.proto import sub_agent_pb2 as pb
@@ -40,6 +39,7 @@ from mgrpo_jax.text import (
   SentencePieceTokenizer,
   message_text,
 )
+from mgrpo_jax.tools import SearchIndex, default_registry
 
 K = 2
 CONFIG = RolloutConfig(main=AgentLimits(max_turns=24, context_tokens=8192, max_new_tokens=128),

@@ -10,11 +10,11 @@ import pathlib
 import numpy as np
 import pytest
 
-from mgrpo_jax.agents.tools import SearchIndex, default_registry
 from mgrpo_jax.config import validate
 from mgrpo_jax.tasks.oracle import run_episode
 from mgrpo_jax.tasks.renderings import get_rendering
 from mgrpo_jax.tasks.symbolic.world import render_pages
+from mgrpo_jax.tools import SearchIndex, default_registry
 from mgrpo_jax.training.data import question_mixture
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

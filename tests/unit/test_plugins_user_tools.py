@@ -18,12 +18,12 @@ from mgrpo_jax.agents import (
   protocol,
   specs,
 )
-from mgrpo_jax.agents.tools import Tool, build_index
 from mgrpo_jax.config import base_config
 from mgrpo_jax.slices.run import write_launch_files
 from mgrpo_jax.tasks import pages, world
 from mgrpo_jax.tasks.oracle import Action, OracleSubAgent
 from mgrpo_jax.text import SentencePieceTokenizer
+from mgrpo_jax.tools import Tool, build_index
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.paths import RunPaths
 
@@ -211,7 +211,7 @@ def test_one_factory_bound_to_two_agents_is_one_tool(config, index_path):
      r"user_tools\.main\[1\]: tool 'unit_convert' is bound to main twice"),
     (["user_tools.single = [@user_tools_test.not_a_tool]"],
      r"user_tools\.single\[0\]: not_a_tool\(\) returned str, not a "
-     r"mgrpo_jax\.agents\.tools\.Tool"),
+     r"mgrpo_jax\.tools\.Tool"),
     (["user_tools.main = [@user_tools_test.broken_tool()]"],
      r"user_tools\.main\[0\]: got a Tool, not a factory"),
     (["user_tools.main = [@user_tools_test.list_argument_tool]"],

@@ -25,7 +25,6 @@ from mgrpo_jax.agents import (
   SubTaskRequest,
   specs,
 )
-from mgrpo_jax.agents.tools import SearchIndex, default_registry
 from mgrpo_jax.models import get_config, init_model
 from mgrpo_jax.sampling import Sampler
 from mgrpo_jax.serving import messages
@@ -38,6 +37,7 @@ from mgrpo_jax.store.folder import LocalFolder
 from mgrpo_jax.tasks import pages, questions, world
 from mgrpo_jax.tasks.oracle import OracleSubAgent
 from mgrpo_jax.text import SentencePieceTokenizer
+from mgrpo_jax.tools import SearchIndex, default_registry
 from mgrpo_jax.training.batching import TokenSequence, pack_sequences
 from mgrpo_jax.training.mesh import MeshConfig, create_mesh
 from mgrpo_jax.training.optimizer import OptimizerConfig, make_optimizer

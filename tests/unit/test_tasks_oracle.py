@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mgrpo_jax.agents.tools import SearchIndex, default_registry
 from mgrpo_jax.tasks import judges, pages, questions, world
 from mgrpo_jax.tasks.oracle import (
   Action,
@@ -21,6 +20,7 @@ from mgrpo_jax.tasks.oracle import (
   run_episode,
 )
 from mgrpo_jax.tasks.oracle import noise as noise_lib
+from mgrpo_jax.tools import SearchIndex, default_registry
 from tests.support.oracle_episodes import accuracy_by_type
 
 

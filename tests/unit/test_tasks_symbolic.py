@@ -7,7 +7,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mgrpo_jax.agents.tools import SearchIndex, default_registry
 from mgrpo_jax.tasks import datasets
 from mgrpo_jax.tasks.oracle import run_episode
 from mgrpo_jax.tasks.renderings import get_rendering
@@ -16,6 +15,7 @@ from mgrpo_jax.tasks.symbolic.judge import SymbolicExpertJudge
 from mgrpo_jax.tasks.symbolic.world import generate_world, render_pages
 from mgrpo_jax.tasks.world import Fact
 from mgrpo_jax.text import DEFAULT_USER_DEFINED_SYMBOLS, SentencePieceTokenizer
+from mgrpo_jax.tools import SearchIndex, default_registry
 from mgrpo_jax.training.tokenizer_corpus import episode_text, protocol_symbols
 from tests.support.oracle_episodes import accuracy_by_type
 

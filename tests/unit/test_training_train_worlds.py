@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 from mgrpo_jax.agents import Agent, AgentLimits, OraclePolicy, RolloutConfig, make_controller, score
-from mgrpo_jax.agents.tools import TaskRoutedRegistry, ToolRegistry
 from mgrpo_jax.config import ConfigError, apply_overrides, base_config, validate
 from mgrpo_jax.tasks import judges
 from mgrpo_jax.tasks.renderings import get_rendering
 from mgrpo_jax.text import SentencePieceTokenizer
+from mgrpo_jax.tools import TaskRoutedRegistry, ToolRegistry
 from mgrpo_jax.training.data import ensure_world, load_questions
 from mgrpo_jax.training.train_worlds import derived_world_seed, question_counts, training_tasks
 

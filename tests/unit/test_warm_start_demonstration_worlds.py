@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from mgrpo_jax.agents.tools.search import build_index
 from mgrpo_jax.config import apply_overrides, base_config
 from mgrpo_jax.tasks import datasets as datasets_lib
 from mgrpo_jax.tasks.pages import render_pages
 from mgrpo_jax.tasks.renderings import get_rendering
 from mgrpo_jax.tasks.symbolic import questions as symbolic_questions
 from mgrpo_jax.tasks.symbolic import world as symbolic_world
+from mgrpo_jax.tools.search import build_index
 from mgrpo_jax.training import data
 from mgrpo_jax.training.train_worlds import derived_world_seed
 from mgrpo_jax.warm_start import demonstration_worlds as dw

@@ -13,11 +13,11 @@ import pytest
 from flax import nnx
 
 from mgrpo_jax.agents import AgentLimits, RolloutConfig, protocol
-from mgrpo_jax.agents.tools import SearchIndex, default_registry
 from mgrpo_jax.models import get_config, init_model, token_logprobs
 from mgrpo_jax.tasks import pages, questions, world
 from mgrpo_jax.tasks.oracle.noise import MainNoise, SubNoise
 from mgrpo_jax.text import SentencePieceTokenizer
+from mgrpo_jax.tools import SearchIndex, default_registry
 from mgrpo_jax.training import (
   MeshConfig,
   OptimizerConfig,

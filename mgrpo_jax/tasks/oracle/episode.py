@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from mgrpo_jax.agents.tools.base import ToolRegistry
 from mgrpo_jax.tasks import statements
 from mgrpo_jax.tasks.oracle.actions import Action, MainPolicy, Step, SubPolicy
+from mgrpo_jax.tools.base import ToolRegistry
 
 
 @dataclasses.dataclass

@@ -21,12 +21,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from mgrpo_jax.agents.tools import reason
 from mgrpo_jax.tasks.questions import Mixture, Question, count_hops
 from mgrpo_jax.tasks.symbolic import language
 from mgrpo_jax.tasks.symbolic import vocabulary as vocab
 from mgrpo_jax.tasks.symbolic.world import SymbolicWorld
 from mgrpo_jax.tasks.world import Fact
+from mgrpo_jax.tools import reason
 
 STAGE1 = Mixture({"lookup": 0.3, "two_hop": 0.2, "three_hop": 0.2, "difference": 0.1,
                   "puzzle": 0.2}, 1, 3)

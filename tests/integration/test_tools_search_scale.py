@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from mgrpo_jax.agents.tools import SearchIndex
 from mgrpo_jax.tasks import pages, world
+from mgrpo_jax.tools import SearchIndex
 
 
 def test_exact_name_ranks_first_in_10k_world(tmp_path):
-  from mgrpo_jax.agents.tools.search import build_index
+  from mgrpo_jax.tools.search import build_index
 
   w = world.generate_world(10_000, 3)
   build_index(pages.render_pages(w), tmp_path / "index.sqlite")

@@ -7,8 +7,8 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given, settings
 
-from mgrpo_jax.agents.tools import reason
-from mgrpo_jax.agents.tools.reason import ALLOWED_NODES, DEFAULT_LIMITS, evaluate
+from mgrpo_jax.tools import reason
+from mgrpo_jax.tools.reason import ALLOWED_NODES, DEFAULT_LIMITS, evaluate
 
 GOLDEN = [
   ("1901 - 1854", "47"),

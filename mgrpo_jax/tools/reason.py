@@ -25,7 +25,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from mgrpo_jax.agents.tools.base import Tool, ToolResult
+from mgrpo_jax.tools.base import Tool, ToolResult
 
 ALLOWED_NODES: frozenset[str] = frozenset({
   "Expression", "BinOp", "UnaryOp", "Compare", "BoolOp", "Constant", "Call", "Name",

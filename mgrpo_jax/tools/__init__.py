@@ -2,14 +2,15 @@
 
 `base` defines `ToolResult`, `Tool` and `ToolRegistry` (JSON-argument dispatch by name;
 tools never raise). `search` holds the SQLite FTS5 index, `reason` the bounded
-evaluator. This package imports nothing from tasks, models or training.
+evaluator. This package imports nothing of the project (standard library only): `tasks`
+and `agents` both build on it.
 """
 
 from __future__ import annotations
 
 import pathlib
 
-from mgrpo_jax.agents.tools.base import (
+from mgrpo_jax.tools.base import (
   TaskRoutedRegistry,
   Tool,
   ToolRegistry,
@@ -17,8 +18,8 @@ from mgrpo_jax.agents.tools.base import (
   check_tool,
   validate_args,
 )
-from mgrpo_jax.agents.tools.reason import DEFAULT_LIMITS, Limits, evaluate, make_reason_tool
-from mgrpo_jax.agents.tools.search import (
+from mgrpo_jax.tools.reason import DEFAULT_LIMITS, Limits, evaluate, make_reason_tool
+from mgrpo_jax.tools.search import (
   SearchIndex,
   build_index,
   make_search_tool,

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from mgrpo_jax.agents.tools import SearchIndex, ToolRegistry, ToolResult, default_registry
-from mgrpo_jax.agents.tools.search import build_index, fts_query
 from mgrpo_jax.tasks import pages, world
+from mgrpo_jax.tools import SearchIndex, ToolRegistry, ToolResult, default_registry
+from mgrpo_jax.tools.search import build_index, fts_query
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Iterable
 from typing import Protocol
 
-from mgrpo_jax.agents.tools.base import Tool, ToolResult, error
+from mgrpo_jax.tools.base import Tool, ToolResult, error
 
 TITLE_WEIGHT = 10.0
 MAX_QUERY_CHARS = 256
