@@ -105,3 +105,28 @@ def test_runs_that_start_together_evaluate_once(tmp_path):
     thread.join()
   assert len(calls) == 1
   assert len({_files(paths, "warm_start") for paths in runs}) == 1
+
+
+def test_an_evaluation_says_what_it_evaluates_as_it_starts_and_its_result_as_it_ends(
+    monkeypatch, tmp_path, capsys):
+  from mgrpo_jax.evaluation import held_out, stage
+
+  def evaluate_sources(config, root, sources, *, greedy_only):
+    del config, root, sources
+    assert greedy_only
+    print("evaluating", flush=True)
+    return held_out.EvalResult({"accuracy": 0.75, "accuracy_ci95": 0.125,
+                                "num_questions": 40}, [], [])
+
+  monkeypatch.setattr(held_out, "evaluate_sources", evaluate_sources)
+  paths = _paths(tmp_path, "mgrpo-s0")
+  config = _config(**{"eval.num_questions": 40, "eval.viewer_questions": 0})
+  stage.run_evaluation(config, paths, "step_5", {}, greedy_only=True, step=5)
+  lines = capsys.readouterr().out.splitlines()
+  assert lines[0] == ("eval step_5: evaluating the checkpoints of RL step 5 on up to 40 test "
+                      "questions (greedy only)")
+  assert lines[1] == "evaluating"
+  assert lines[2].startswith("eval step_5: accuracy 0.750 +- 0.125 on 40 test questions (")
+  assert lines[2].endswith(" s)") and len(lines) == 3
+  stage.run_evaluation(config, paths, "step_5", {}, greedy_only=True, step=5)  # done: quiet
+  assert capsys.readouterr().out == ""
