@@ -111,7 +111,9 @@ def run_evaluation(config, paths: RunPaths, label: str, sources: dict[str, held_
 def _start_line(config, label: str, step: int | None, greedy_only: bool) -> str:
   """The line an evaluation starts with (its last one names its accuracy and seconds)."""
   what = f"the checkpoints of RL step {step}" if step is not None else "the warm start"
-  passes = "greedy only" if greedy_only else f"{int(config.eval.samples)} samples and greedy"
+  samples = int(config.eval.samples)
+  passes = ("greedy only" if greedy_only
+            else f"{samples} sample{'s' if samples > 1 else ''} each and greedy")
   return (f"eval {label}: evaluating {what} on up to {int(config.eval.num_questions)} "
           f"{config.eval.split} questions ({passes})")
 

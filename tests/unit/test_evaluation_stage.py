@@ -128,5 +128,11 @@ def test_an_evaluation_says_what_it_evaluates_as_it_starts_and_its_result_as_it_
   assert lines[1] == "evaluating"
   assert lines[2].startswith("eval step_5: accuracy 0.750 +- 0.125 on 40 test questions (")
   assert lines[2].endswith(" s)") and len(lines) == 3
+  assert stage._start_line(config, "final", 80, greedy_only=False).endswith(
+      "on up to 40 test questions (2 samples each and greedy)")
+  config.eval.samples = 1
+  assert stage._start_line(config, "warm_start", None, greedy_only=False) == (
+      "eval warm_start: evaluating the warm start on up to 40 test questions "
+      "(1 sample each and greedy)")
   stage.run_evaluation(config, paths, "step_5", {}, greedy_only=True, step=5)  # done: quiet
   assert capsys.readouterr().out == ""
