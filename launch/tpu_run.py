@@ -10,6 +10,12 @@ start alone, e.g. on its own slice before the RL run:
 
   python launch/tpu_run.py --slice=main --stage=warm_start --config=configs/local_demo.py
 
+The console names each stage as it starts and ends (the world build, each evaluation with
+its seconds), a training step in one short line (the step, R_M, correct, format and
+sub-calls for M, R_S and calls for S, seconds per step; --verbose: the full line, every
+phase's seconds and the throughputs; metrics.jsonl holds every number either way), and
+ends with the report's files.
+
 The launcher first re-executes itself once with glibc's huge-page malloc tunable
 (mgrpo_jax/utils/host_memory.py), and every process of a run keeps its compiled programs
 in jax_cache beside the workdir (<workdir>/../jax_cache, experiment.compilation_cache_dir;
@@ -110,6 +116,12 @@ _GIN_FILE = flags.DEFINE_multi_string(
 _GIN_BINDINGS = flags.DEFINE_multi_string(
     "gin_bindings", [], "One gin binding, e.g. "
     "\"mgrpo_jax.plugins.main_reward_fn.fn = @my_reward\"; repeatable, applied after files.")
+_VERBOSE = flags.DEFINE_bool(
+    "verbose", False,
+    "Full console lines: a training step's line with the slice's chosen metrics, every "
+    "phase's seconds and the throughputs, instead of the step, its headline numbers (R_M, "
+    "correct, format, sub-calls; R_S, calls) and seconds per step. metrics.jsonl holds "
+    "every number either way.")
 _PRINT_CONFIG = flags.DEFINE_bool(
     "print_config", False, "Print the validated config and the gin bindings, then exit.")
 _DRY_RUN = flags.DEFINE_bool(
@@ -249,6 +261,9 @@ def main(argv: list[str]) -> None:
 
     initialize(distributed)  # before any JAX computation, including imports that run one
   import mgrpo_jax.slices  # the slices' step protocol (run_slice)
+  from mgrpo_jax.scale.writers import set_verbose
+
+  set_verbose(_VERBOSE.value)
 
   if not planning_only:
     from mgrpo_jax.scale.distributed import is_writer

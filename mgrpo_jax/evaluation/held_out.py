@@ -62,6 +62,7 @@ from mgrpo_jax.agents.records import MainRecord, SubRecord
 from mgrpo_jax.agents.scoring import score
 from mgrpo_jax.config.modes import Mode, parse_mode
 from mgrpo_jax.evaluation import turn_accuracy
+from mgrpo_jax.scale.writers import log
 from mgrpo_jax.tasks.judges import ExactMatchJudge, ExpertJudge
 from mgrpo_jax.tasks.oracle import Action
 from mgrpo_jax.tasks.renderings import NATURAL, Rendering
@@ -280,7 +281,7 @@ def evaluate_sources(config, root: str | pathlib.Path, sources: dict[str, Source
   """
   root = pathlib.Path(root)
   mode = parse_mode(str(config.experiment.mode))
-  world_path = ensure_world(root, config.world)
+  world_path = ensure_world(root, config.world, log)
   split = str(config.eval.split)
   questions = load_questions(world_path, config.world, str(config.world.stage),
                              split=split)[:int(config.eval.num_questions)]

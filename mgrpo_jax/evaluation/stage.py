@@ -100,6 +100,7 @@ def run_evaluation(config, paths: RunPaths, label: str, sources: dict[str, held_
   done = evaluated(paths, label, step)
   if done is not None:
     return done
+  log(_start_line(config, label, step, greedy_only))
   started = time.perf_counter()
   result = held_out.evaluate_sources(config, paths.local, sources, greedy_only=greedy_only)
   summary = dict(result.summary, label=label, seconds=time.perf_counter() - started)
@@ -110,6 +111,16 @@ def run_evaluation(config, paths: RunPaths, label: str, sources: dict[str, held_
   log(f"eval {label}: accuracy {summary['accuracy']:.3f} +- {summary['accuracy_ci95']:.3f} "
       f"on {summary['num_questions']} test questions ({summary['seconds']:.0f} s)")
   return summary
+
+
+def _start_line(config, label: str, step: int | None, greedy_only: bool) -> str:
+  """The line an evaluation starts with (its last one names its accuracy and seconds)."""
+  what = f"the checkpoints of RL step {step}" if step is not None else "the warm start"
+  samples = int(config.eval.samples)
+  passes = ("greedy only" if greedy_only
+            else f"{samples} sample{'s' if samples > 1 else ''} each and greedy")
+  return (f"eval {label}: evaluating {what} on up to {int(config.eval.num_questions)} "
+          f"{config.eval.split} questions ({passes})")
 
 
 def write_page(config, paths: RunPaths, label: str, result: held_out.EvalResult,

@@ -1,4 +1,10 @@
-"""The one-line console summary of a training step, and progress lines of long phases."""
+"""The one-line console summary of a training step, and progress lines of long phases.
+
+A step's line is short by default (`format_step`: the step, a few headline numbers and
+its seconds, well within 120 characters) and full on request (`format_progress`: the
+slice's chosen metrics, every phase's seconds and the throughputs); metrics.jsonl holds
+every number either way.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,23 @@ def _number(value: float) -> str:
   if value == 0 or 1e-3 <= abs(value) < 1e5:
     return f"{value:.3f}".rstrip("0").rstrip(".") if abs(value) < 100 else f"{value:.0f}"
   return f"{value:.2e}"
+
+
+def format_step(step: int, num_steps: int, headline: Mapping[str, float],
+                seconds: float) -> str:
+  """Formats e.g. `step 3/80 | R_M 0.41 correct 0.5 format 1 sub-calls 1.2 | 3.1 s/step`.
+
+  Args:
+    step: the step just finished (1-based for display).
+    num_steps: the run's total steps.
+    headline: the few numbers a reader follows, shown in the given order.
+    seconds: the step's wall seconds.
+  """
+  parts = [f"step {step}/{num_steps}"]
+  if headline:
+    parts.append(" ".join(f"{name} {_number(v)}" for name, v in headline.items()))
+  parts.append(f"{seconds:.1f} s/step")
+  return " | ".join(parts)
 
 
 def format_progress(step: int, num_steps: int, scalars: Mapping[str, float],

@@ -8,13 +8,17 @@ training accuracy per step, the held-out accuracy before and after RL as markers
 the greedy held-out accuracy at the warm start, at the evaluated RL checkpoints
 (`curve`) and after RL as a line), and `summary.txt` (the table that is also printed; its
 last line names the machines the run computed on, whose CPU and jax version decide its
-float results: `machine.py`).
+float results: `machine.py`). `file_lines` names them, with the rest of the folder (the
+evaluations' and training steps' trajectory pages) and the held-out summaries in
+`<local>/eval/`: the lines a run's console ends with.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import pathlib
+import re
+import textwrap
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -198,3 +202,37 @@ def write_report(local: pathlib.Path, main_metrics: pathlib.Path, sub_metrics: p
   summary = folder / "summary.txt"
   summary.write_text(table + "\n")
   return Report(table, tuple(files) + (summary,))
+
+
+# The kinds of a report folder's files, in the order `file_lines` names them.
+_FILE_KINDS = (("table", "summary.txt"), ("plots", "*.png"),
+               ("trajectory pages", "trajectories_*.html"))
+
+
+def _natural(name: str) -> list[Any]:
+  """Sorts "step_5" before "step_10"."""
+  return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+def _named(kind: str, names: Sequence[str], width: int) -> list[str]:
+  """`  <kind>: a b c`, wrapped at `width` characters under its first name."""
+  return textwrap.wrap(" ".join(names), width, initial_indent=f"  {kind}: ",
+                       subsequent_indent=" " * (len(kind) + 4), break_on_hyphens=False,
+                       break_long_words=False)
+
+
+def file_lines(local: pathlib.Path, width: int = 120) -> list[str]:
+  """Lines naming the report folder under `local` and each file in it, by kind (the
+  table, the plots, the trajectory pages, any other), then `<local>/eval/` and its
+  held-out summaries; names wrap at `width` characters."""
+  folder, evals = pathlib.Path(local) / "report", pathlib.Path(local) / "eval"
+  names = sorted((p.name for p in folder.glob("*") if p.is_file()), key=_natural)
+  lines = [f"report: {folder}"]
+  for kind, pattern in _FILE_KINDS:
+    lines += _named(kind, [n for n in names if pathlib.PurePath(n).match(pattern)], width)
+  lines += _named("other", [n for n in names if not any(
+      pathlib.PurePath(n).match(pattern) for _, pattern in _FILE_KINDS)], width)
+  summaries = sorted((p.name for p in evals.glob("*.json")), key=_natural)
+  if summaries:
+    lines += [f"held-out summaries: {evals}"] + _named("eval", summaries, width)
+  return lines

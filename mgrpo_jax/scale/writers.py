@@ -1,7 +1,9 @@
 """What process 0 alone writes: console lines (`log`) and a slice's metrics.
 
 The other processes of a multi-host slice stay silent and write no metrics; with one
-process, process 0 is the only one.
+process, process 0 is the only one. A process's console is short by default (a training
+step's line names the few numbers a reader follows); `set_verbose(True)` (the
+launcher's `--verbose`, passed on to its children) asks for the full lines.
 """
 
 from __future__ import annotations
@@ -39,6 +41,17 @@ def metrics_writer(paths: RunPaths, slice_name: str, config) -> MetricsWriter | 
 
 
 _LINE = threading.local()
+_CONSOLE = {"verbose": False}
+
+
+def set_verbose(verbose: bool) -> None:
+  """Whether this process's console lines are the full ones (module docstring)."""
+  _CONSOLE["verbose"] = bool(verbose)
+
+
+def is_verbose() -> bool:
+  """Whether `set_verbose(True)` was called in this process."""
+  return _CONSOLE["verbose"]
 
 
 def set_line_prefix(prefix: str) -> None:

@@ -36,13 +36,18 @@ def describe_steps(start: int, num_steps: int) -> str:
 
 
 class Timer:
-  """Accumulates wall seconds per phase: `with timer("update"): ...`."""
+  """Accumulates wall seconds per phase: `with timer("update"): ...`; `elapsed()`: the
+  wall seconds since it was made (a step's, phases or not)."""
 
   def __init__(self):
     self.seconds: dict[str, float] = {}
+    self._started = time.perf_counter()
 
   def __call__(self, phase: str) -> _Phase:
     return _Phase(self, phase)
+
+  def elapsed(self) -> float:
+    return time.perf_counter() - self._started
 
 
 class _Phase:

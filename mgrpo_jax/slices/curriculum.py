@@ -106,7 +106,7 @@ def run_selection_stage(config, workdir: str) -> dict:
   for role in mode.agents:
     _export_final_params(config, role, paths, folder / "init" / role)
   candidates = stage2_config(config, paths, selected=False)
-  tasks = training_tasks(candidates, ensure_world(paths.local, candidates.world))
+  tasks = training_tasks(candidates, ensure_world(paths.local, candidates.world, log))
   rates = success_rates(candidates, paths.local, tasks,
                         {role: held_out.Source(str(folder / "init" / role), "params")
                          for role in mode.agents})

@@ -18,7 +18,9 @@
               `<local>/eval/step_<t>.json` (the held-out curve); one child process
               (`--slice=all --stage=eval_after`).
   report      PNG plots of the training curves and the before/after table, printed and
-              written to `<local>/report/` (`mgrpo_jax.metrics.report`).
+              written to `<local>/report/` (`mgrpo_jax.metrics.report`); the last lines
+              name that folder and every file in it (plots, table, trajectory pages),
+              and the evaluations' summaries in `<local>/eval/`.
   stage 2     (`curriculum.stage2_steps`) the paper's stage 2 on the stage-2 questions the
               stage-1 agents fail most, as its own run in `<local>/stage2`
               (`curriculum.py`), with its own evaluations and report.
@@ -156,9 +158,8 @@ def run_all(config, workdir: str, spawn) -> None:
                                 title=f"{config.experiment.name} ({mode.name})", curve=curve,
                                 machines=machine.computed_on(
                                     machine.read_labels(open_folder(workdir))))
-  for line in written.table.splitlines():
+  for line in written.table.splitlines() + report.file_lines(paths.local):
     log(line)
-  log(f"report: {', '.join(str(p) for p in written.files)}")
   if int(config.curriculum.stage2_steps):
     _run_stage2(config, workdir, spawn)
 

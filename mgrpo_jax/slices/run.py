@@ -13,9 +13,9 @@
         `--slice=all --stage=select_stage2` (`curriculum.py`), with the same config (the validated config is
         written to `<local>/launch/config.py` and the gin bindings to
         `<local>/launch/bindings.gin`, so overrides and user components reach the children
-        exactly), the same workdir and, unless `store.uri` is set, the local store under
-        it. Concurrent children get disjoint shares of the host's accelerators in their
-        environment (`child_env`). In the RL stage the RPC between them is real loopback
+        exactly), the same workdir, `--verbose` when this process has it and, unless
+        `store.uri` is set, the local store under it. Concurrent children get disjoint
+        shares of the host's accelerators in their environment (`child_env`). In the RL stage the RPC between them is real loopback
         gRPC. With `serving.colocate`, or on a host whose accelerators cannot be shared
         (one TPU chip), the RL stage is one `--slice=both` child and the warm starts run
         one after the other. Their output is relayed line by line with a `[main]` / `[sub]` / `[eval]`
@@ -35,6 +35,7 @@ import threading
 import time
 
 from mgrpo_jax.metrics.wandb_run import import_wandb
+from mgrpo_jax.scale.writers import is_verbose
 from mgrpo_jax.slices.child_env import cannot_share, child_environments, detect_accelerators
 from mgrpo_jax.training.paths import RunPaths
 from mgrpo_jax.utils.atomic_files import atomic_write
@@ -146,7 +147,8 @@ def _run_concurrently(config, workdir: str, slices: tuple[str, ...], stage: str,
     for name in slices:
       command = [sys.executable, str(_LAUNCHER), f"--slice={name}", f"--stage={stage}",
                  f"--config={config_path}", f"--workdir={paths.workdir}",
-                 f"--gin_file={gin_path}", "--verbosity=-1"]
+                 f"--gin_file={gin_path}", "--verbosity=-1",
+                 *(["--verbose"] if is_verbose() else [])]
       child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                env=environments[prefixes[name]])
       children[name] = child

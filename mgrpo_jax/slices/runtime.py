@@ -20,11 +20,11 @@ import numpy as np
 
 from mgrpo_jax.config.modes import Mode, parse_mode
 from mgrpo_jax.core.rewards import RewardWeights
-from mgrpo_jax.metrics import format_progress
+from mgrpo_jax.metrics import format_progress, format_step
 from mgrpo_jax.sampling.buckets import doubling_lengths
 from mgrpo_jax.scale import distributed
 from mgrpo_jax.scale.multihost import device_batch, rollout_model
-from mgrpo_jax.scale.writers import log, metrics_writer
+from mgrpo_jax.scale.writers import is_verbose, log, metrics_writer
 from mgrpo_jax.slices import step_math
 from mgrpo_jax.slices.common import Timer, check_config, metrics_due, open_run_store
 from mgrpo_jax.slices.log_mirror import LogMirror
@@ -42,6 +42,23 @@ from mgrpo_jax.training.train_worlds import training_tasks
 from mgrpo_jax.training.update import make_update_fn
 
 _CACHES = {"main": MainStepCache, "sub": SubStepCache}
+# (label, metric) of the numbers a step's default console line shows, per slice, where
+# the step has them; metrics.jsonl holds them all.
+HEADLINE = {"main": (("R_M", "main/reward_mean"), ("correct", "main/correct_mean"),
+                     ("format", "main/format_ok_mean"), ("sub-calls", "main/sub_calls_mean")),
+            "sub": (("R_S", "sub/reward_mean"), ("calls", "sub/calls"))}
+
+
+def step_line(role: str, step: int, num_steps: int, scalars: dict[str, float], timer: Timer,
+              throughput: dict[str, float], progress: dict[str, float]) -> str:
+  """The console line of the `role` slice's step `step` (0-based): its `HEADLINE`
+  numbers and wall seconds (`metrics.format_step`); with `--verbose`
+  (`writers.is_verbose`) the full line: `progress`, every phase's seconds and the
+  throughputs (`metrics.format_progress`)."""
+  if is_verbose():
+    return format_progress(step + 1, num_steps, progress, timer.seconds, throughput)
+  headline = {label: scalars[key] for label, key in HEADLINE[role] if key in scalars}
+  return format_step(step + 1, num_steps, headline, timer.elapsed())
 
 
 def train_lengths(limits: Any) -> tuple[int, ...]:
@@ -218,10 +235,10 @@ class SliceRuntime:
   def report(self, step: int, scalars: dict[str, float], timer: Timer,
              throughput: dict[str, float], progress: dict[str, float]) -> None:
     """The step's metrics (with its phase times and throughputs; `logging.every`) and
-    its progress line."""
+    its console line (`step_line`)."""
     self._write_metrics(step, scalars, timer, throughput, provisional=False)
-    log(format_progress(step + 1, self.settings.num_steps, progress, timer.seconds,
-                        throughput))
+    log(step_line(self.role, step, self.settings.num_steps, scalars, timer, throughput,
+                  progress))
 
   def _write_metrics(self, step: int, scalars: dict[str, float], timer: Timer,
                      throughput: dict[str, float], *, provisional: bool) -> None:
@@ -249,7 +266,7 @@ def open_runtime(config, workdir: str, role: str) -> SliceRuntime:
   paths = RunPaths.from_config(config, workdir)
   store = open_run_store(paths)
   files = open_folder(paths.workdir)
-  world_path = ensure_world(paths.local, config.world)
+  world_path = ensure_world(paths.local, config.world, log)
   tasks = training_tasks(config, world_path)
   model, tokenizer = agent_setup.build_model(config[role], role, paths.local, config)
   trainer = agent_setup.create_agent_state(model, config[role], role, config)

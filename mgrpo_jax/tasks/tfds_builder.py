@@ -84,11 +84,17 @@ def _deterministic_serialization():
 
 
 class _WorldBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
-  """Common base: deterministic record bytes; the module file is the code path.
+  """Common base: deterministic record bytes; the module file is the code path; quiet.
 
   TFDS 4.9.10 resolves `code_path` of a builder that lives in a package through a lazy
   `importlib_resources` import, which is not a dependency here; the file path is what
   that lookup returns anyway.
+
+  Quiet: a world's config is one of `world_config`'s, registered or not (any size,
+  seed and rendering), where TFDS warns about every unregistered one it is given
+  ("Using custom data configuration"); and the data is generated here, offline, where
+  TFDS prints that it is downloading a dataset of unknown size, and where it is.
+  Whoever builds the world says so (`training.data.ensure_world`).
   """
   VERSION = VERSION
   BUILDER_CONFIGS = _DEFAULT_CONFIGS
@@ -101,6 +107,20 @@ class _WorldBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
   def _download_and_prepare(self, *args, **kwargs):
     with _deterministic_serialization():
       return super()._download_and_prepare(*args, **kwargs)
+
+  def _create_builder_config(self, builder_config, version):
+    """An unregistered `WorldConfig` as it is, without TFDS's warning (class docstring);
+    anything else as TFDS takes it (a registered name; the checks of a config object)."""
+    if isinstance(builder_config, WorldConfig) and self.get_builder_config(
+        name=builder_config.name, version=builder_config.version) is None:
+      return builder_config
+    return super()._create_builder_config(builder_config, version)
+
+  def _log_download_bytes(self) -> None:
+    """Nothing: there is nothing to download (class docstring)."""
+
+  def _log_download_done(self) -> None:
+    """Nothing: there was nothing to download (class docstring)."""
 
 
 class DeepResearchTasks(_WorldBuilder):

@@ -21,6 +21,11 @@ error names the newest.
 
 For `gs://` directories tensorstore needs credentials, or, against an emulator, the
 variables of `mgrpo_jax.store.emulator.emulator_env`.
+
+Orbax's warning "Waiting for previous save to complete took ... seconds" is not shown
+(`_OwnWaitFilter`): the wait it reports is the caller's own `wait_until_finished`, which
+a slice calls after every save (a step's ack promises a durable checkpoint); orbax adds
+up every wait of the main thread and reports it at the next save.
 """
 
 from __future__ import annotations
@@ -34,6 +39,17 @@ import orbax.checkpoint as ocp
 from etils import epath
 
 from mgrpo_jax.training.train_state import StateLayout, TrainState
+
+
+class _OwnWaitFilter(logging.Filter):
+  """Drops orbax's warning about the time a save waited for the previous one (module
+  docstring); every other record passes."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith("Waiting for previous save to complete")
+
+
+logging.getLogger("absl").addFilter(_OwnWaitFilter())  # orbax logs through absl's logger
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

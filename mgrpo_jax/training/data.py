@@ -1,9 +1,9 @@
 """The run's data: the world built once per run folder, the query stream, question lookup.
 
-`ensure_world(root, config)` builds the TFDS ArrayRecord datasets and the search indexes
-(`tasks.build.build`) into `<root>/data/world` once; both slices call it, a file lock
-makes one of them build while the other waits, and a finished build is marked by its
-`manifest.json` (written last).
+`ensure_world(root, config, log)` builds the TFDS ArrayRecord datasets and the search
+indexes (`tasks.build.build`) into `<root>/data/world` once, saying so through `log` as
+the build starts and ends; both slices call it, a file lock makes one of them build while
+the other waits, and a finished build is marked by its `manifest.json` (written last).
 
 A user's own questions (`world.source` jsonl, csv or gaia, `user_questions`) replace
 the generated ones; the world is still built, for the tools' search index.
@@ -21,6 +21,8 @@ import json
 import os
 import pathlib
 import shutil
+import time
+from collections.abc import Callable
 from typing import Any
 
 import grain
@@ -93,15 +95,33 @@ def _world_config(world) -> tfds_builder.WorldConfig:
                                    render=str(world["render"]))
 
 
-def ensure_world(root: str | os.PathLike[str], world) -> pathlib.Path:
-  """Builds the `world` config section's data under `<root>/data/world` once; its path."""
+def ensure_world(root: str | os.PathLike[str], world,
+                 log: Callable[[str], None] | None = None) -> pathlib.Path:
+  """Builds the `world` config section's data under `<root>/data/world` once; its path.
+
+  `log` (e.g. `scale.writers.log`), when given, gets a line as a build starts and one
+  with its seconds as it ends; a world built before is used without a word.
+  """
   out = world_dir(root)
   with file_lock(out.parent / ".world.lock"):
     if not (out / "manifest.json").exists():
       shutil.rmtree(out, ignore_errors=True)  # an interrupted build
-      build_lib.build(world["size"], int(world["seed"]), out,
-                      test_seed=int(world["test_seed"]), render=str(world["render"]))
+      _build_world(world, out, log or _quiet)
   return out
+
+
+def _quiet(line: str) -> None:
+  del line
+
+
+def _build_world(world, out: pathlib.Path, log: Callable[[str], None]) -> None:
+  """Builds the `world` section's data into `out`, saying so as it starts and ends."""
+  log(f"world: building the {world['size']} {world['render']} world (seed {world['seed']}, "
+      f"test world seed {world['test_seed']})")
+  started = time.perf_counter()
+  build_lib.build(world["size"], int(world["seed"]), out, test_seed=int(world["test_seed"]),
+                  render=str(world["render"]))
+  log(f"world: built in {time.perf_counter() - started:.0f} s")
 
 
 def _decode(example: dict[str, Any]) -> Question:

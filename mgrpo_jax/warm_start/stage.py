@@ -88,7 +88,7 @@ def run_warm_start(config, paths: RunPaths, spawn) -> dict[str, str]:
       log(f"warm start: reusing {folder}")
       return dirs
     started = time.perf_counter()
-    world_path = ensure_world(paths.local, config.world)
+    world_path = ensure_world(paths.local, config.world, log)
     worlds = demonstration_worlds(config, world_path, folder)
     summary: dict[str, Any] = {"num_questions": sum(len(w.questions) for w in worlds),
                                "num_worlds": len(worlds)}
@@ -132,7 +132,7 @@ def warm_start_agent(config, workdir: str, role: str) -> None:
     return
   ws = config.warm_start
   seed = int(config.experiment.seed)
-  world_path = ensure_world(paths.local, config.world)
+  world_path = ensure_world(paths.local, config.world, log)
   worlds = demonstration_worlds(config, world_path, folder)
   main_spec, sub_spec = agent_setup.agent_specs(config)
   models = {r: agent_setup.build_model(config[r], r, paths.local, config)

@@ -18,7 +18,7 @@ def test_help_documents_every_flag():
   proc = run("--help")
   assert proc.returncode == 0
   for flag in ("--slice", "--stage", "--config", "--workdir", "--gin_file", "--gin_bindings",
-               "--[no]print_config", "--[no]dry_run", "--dry_run_hbm_gib",
+               "--[no]verbose", "--[no]print_config", "--[no]dry_run", "--dry_run_hbm_gib",
                "--coordinator_address", "--num_processes", "--process_id"):
     assert flag in proc.stdout, flag
   assert "<main|sub|both|all>" in proc.stdout

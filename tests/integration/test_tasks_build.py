@@ -19,8 +19,12 @@ def _build(out, seed=0, scratch=None):
   cmd = [sys.executable, "-m", "mgrpo_jax.tasks.build", "--world=tiny", f"--seed={seed}",
          f"--out={out}", "--num_train=60", "--num_validation=10", "--num_test=20"]
   env = dict(os.environ, TMPDIR=str(scratch)) if scratch else None
-  subprocess.run(cmd, check=True, capture_output=True, timeout=300, env=env)
-  return json.loads((out / "manifest.json").read_text())
+  result = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=300, env=env)
+  manifest = json.loads((out / "manifest.json").read_text())
+  # Its output is the files' digests alone: none of TFDS's download lines or warnings.
+  assert json.loads(result.stdout) == manifest["files"]
+  assert "custom data configuration" not in result.stderr
+  return manifest
 
 
 @pytest.fixture(scope="module")

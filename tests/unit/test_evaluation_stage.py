@@ -143,3 +143,34 @@ def test_the_evaluation_page_shows_the_runs_r_main(tmp_path):
       "0.800", "0.300"]
   plugins.parse_gin([], [f"import {user_rewards.__name__}", user_rewards.BINDING])
   assert _page_rewards(tmp_path / "gin") == ["2.000", "-1.000"]
+
+
+def test_an_evaluation_says_what_it_evaluates_as_it_starts_and_its_result_as_it_ends(
+    monkeypatch, tmp_path, capsys):
+  from mgrpo_jax.evaluation import held_out, stage
+
+  def evaluate_sources(config, root, sources, *, greedy_only):
+    del config, root, sources
+    assert greedy_only
+    print("evaluating", flush=True)
+    return held_out.EvalResult({"accuracy": 0.75, "accuracy_ci95": 0.125,
+                                "num_questions": 40}, [], [])
+
+  monkeypatch.setattr(held_out, "evaluate_sources", evaluate_sources)
+  paths = _paths(tmp_path, "mgrpo-s0")
+  config = _config(**{"eval.num_questions": 40, "eval.viewer_questions": 0})
+  stage.run_evaluation(config, paths, "step_5", {}, greedy_only=True, step=5)
+  lines = capsys.readouterr().out.splitlines()
+  assert lines[0] == ("eval step_5: evaluating the checkpoints of RL step 5 on up to 40 test "
+                      "questions (greedy only)")
+  assert lines[1] == "evaluating"
+  assert lines[2].startswith("eval step_5: accuracy 0.750 +- 0.125 on 40 test questions (")
+  assert lines[2].endswith(" s)") and len(lines) == 3
+  assert stage._start_line(config, "final", 80, greedy_only=False).endswith(
+      "on up to 40 test questions (2 samples each and greedy)")
+  config.eval.samples = 1
+  assert stage._start_line(config, "warm_start", None, greedy_only=False) == (
+      "eval warm_start: evaluating the warm start on up to 40 test questions "
+      "(1 sample each and greedy)")
+  stage.run_evaluation(config, paths, "step_5", {}, greedy_only=True, step=5)  # done: quiet
+  assert capsys.readouterr().out == ""

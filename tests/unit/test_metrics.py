@@ -1,11 +1,11 @@
-"""metrics.jsonl, TensorBoard event files, and the progress line."""
+"""metrics.jsonl, TensorBoard event files, and a step's console lines (short and full)."""
 
 import json
 import sys
 
 import pytest
 
-from mgrpo_jax.metrics import MetricsWriter, format_progress, read_metrics
+from mgrpo_jax.metrics import MetricsWriter, format_progress, format_step, read_metrics
 
 
 def test_writer_appends_jsonl_and_tensorboard_events(tmp_path):
@@ -120,6 +120,12 @@ def test_progress_line():
   assert line == ("step 3/10 | main/reward 0.41 sub/reward 0.333 | rollout 1.23s update 0.40s"
                   " | main 512 tok/s")
   assert format_progress(1, 1, {}) == "step 1/1"
+
+
+def test_step_line():
+  line = format_step(3, 10, {"R_M": 0.41, "correct": 0.3333, "calls": 81.0}, 3.14)
+  assert line == "step 3/10 | R_M 0.41 correct 0.333 calls 81 | 3.1 s/step"
+  assert format_step(1, 1, {}, 0.04) == "step 1/1 | 0.0 s/step"
 
 
 def test_wandb_on_without_the_package_fails_naming_the_key(monkeypatch, tmp_path):

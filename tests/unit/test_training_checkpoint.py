@@ -196,3 +196,17 @@ def test_no_restorable_checkpoint_is_an_error_naming_the_folder(tmp_path, traine
     assert checkpointer.all_steps() == [1, 2]  # nothing moved when nothing can replace it
     with pytest.raises(ValueError):  # an explicit step is not replaced by another
       checkpointer.restore(2)
+
+
+def test_orbax_does_not_report_the_callers_own_wait_for_a_save(caplog):
+  """A slice waits for every save (its ack promises a durable checkpoint); orbax would
+  report that wait at the next save as a warning. Its other warnings still show."""
+  from absl import logging as absl_logging
+
+  import mgrpo_jax.training.checkpoint  # noqa: F401 (installs the filter)
+
+  with caplog.at_level("WARNING"):
+    absl_logging.warning("Waiting for previous save to complete took %f seconds. If this "
+                         "number is high, consider checkpointing less frequently.", 2.5)
+    absl_logging.warning("Something else took %f seconds.", 2.5)
+  assert [r.getMessage() for r in caplog.records] == ["Something else took 2.500000 seconds."]
