@@ -128,7 +128,7 @@ def test_two_processes_form_one_mesh_and_match_the_single_process_update(tmp_pat
                             stderr=subprocess.STDOUT, text=True)
            for i in range(NUM_PROCESSES)]
   try:
-    outputs = [p.communicate(timeout=110)[0] for p in procs]
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
   finally:
     for p in procs:
       if p.poll() is None:
