@@ -206,7 +206,7 @@ def write_report(local: pathlib.Path, main_metrics: pathlib.Path, sub_metrics: p
 
 # The kinds of a report folder's files, in the order `file_lines` names them.
 _FILE_KINDS = (("table", "summary.txt"), ("plots", "*.png"),
-               ("trajectory pages", "trajectories_*.html"))
+               ("trajectory pages", "*.html"))
 
 
 def _natural(name: str) -> list[Any]:

@@ -134,8 +134,8 @@ def test_the_last_lines_name_every_report_file(tmp_path):
   report, evals = tmp_path / "report", tmp_path / "eval"
   report.mkdir()
   evals.mkdir()
-  pages = ["trajectories_warm_start.html", "trajectories_final.html"] + [
-      f"trajectories_step{t}.html" for t in range(0, 80, 5)]
+  pages = ["eval_warm_start.html", "eval_final.html"] + [
+      f"rl_step_{t:05d}.html" for t in range(0, 80, 5)]
   names = ["summary.txt", "rewards.png", "accuracy.png", "notes.md", *pages]
   for name in names:
     (report / name).write_text("x")
@@ -145,8 +145,8 @@ def test_the_last_lines_name_every_report_file(tmp_path):
   assert lines[0] == f"report: {report}"
   assert lines[1] == "  table: summary.txt"
   assert lines[2] == "  plots: accuracy.png rewards.png"
-  assert lines[3].startswith("  trajectory pages: trajectories_final.html "
-                             "trajectories_step0.html trajectories_step5.html ")
+  assert lines[3].startswith("  trajectory pages: eval_final.html eval_warm_start.html "
+                             "rl_step_00000.html rl_step_00005.html ")
   assert lines[-3] == "  other: notes.md"
   assert lines[-2:] == [f"held-out summaries: {evals}",
                         "  eval: final.json step_10.json step_20.json warm_start.json"]
