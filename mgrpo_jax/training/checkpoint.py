@@ -26,13 +26,24 @@ Orbax's warning "Waiting for previous save to complete took ... seconds" is not 
 (`_OwnWaitFilter`): the wait it reports is the caller's own `wait_until_finished`, which
 a slice calls after every save (a step's ack promises a durable checkpoint); orbax adds
 up every wait of the main thread and reports it at the next save.
+
+Orbax keeps process-wide state for a save (operation ids, the signals its directory
+creation and commit wait on), so two managers saving at once in one process (the two
+slices of `--slice=both`, each in its own thread) can finalise each other's folders
+("File exists", a missing `metadata`). Every orbax call here therefore runs alone in the
+process (`_alone`): it takes one process-wide lock and first waits for every live
+checkpointer's pending asynchronous save.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
+import threading
+import weakref
+from collections.abc import Iterator
 from typing import Any
 
 import orbax.checkpoint as ocp
@@ -50,6 +61,20 @@ class _OwnWaitFilter(logging.Filter):
 
 
 logging.getLogger("absl").addFilter(_OwnWaitFilter())  # orbax logs through absl's logger
+
+
+_ORBAX_LOCK = threading.RLock()
+_LIVE: weakref.WeakSet[AgentCheckpointer] = weakref.WeakSet()
+
+
+@contextlib.contextmanager
+def _alone() -> Iterator[None]:
+  """Holds the process-wide orbax lock with no asynchronous save of any live checkpointer
+  still running (module docstring)."""
+  with _ORBAX_LOCK:
+    for checkpointer in list(_LIVE):
+      checkpointer._manager.wait_until_finished()  # noqa: SLF001 (same class)
+    yield
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -105,7 +130,9 @@ class AgentCheckpointer:
     options = ocp.CheckpointManagerOptions(
         max_to_keep=config.keep, keep_period=config.keep_period or None,
         enable_async_checkpointing=config.async_save, create=True)
-    self._manager = ocp.CheckpointManager(self.directory, options=options)
+    with _alone():
+      self._manager = ocp.CheckpointManager(self.directory, options=options)
+    _LIVE.add(self)
 
   def save(self, state: TrainState, *, metadata: dict[str, Any] | None = None,
            force: bool = False) -> bool:
@@ -121,11 +148,12 @@ class AgentCheckpointer:
       resumed run re-saving the step it restored) or orbax skipped it.
     """
     step = int(state.step)
-    if step in self._manager.all_steps():
-      return False
     args = ocp.args.Composite(state=ocp.args.StandardSave(state),
                               metadata=ocp.args.JsonSave(dict(metadata or {})))
-    return self._manager.save(step, args=args, force=force)
+    with _alone():
+      if step in self._manager.all_steps():
+        return False
+      return self._manager.save(step, args=args, force=force)
 
   def restore(self, step: int | None = None) -> tuple[TrainState, dict[str, Any]] | None:
     """(state, metadata) of checkpoint `step` (default: the latest), or None if none.
@@ -134,12 +162,15 @@ class AgentCheckpointer:
     no `step`, a checkpoint that fails to restore is moved aside and the previous one is
     tried (the module docstring); an explicit `step` that fails raises.
     """
-    self._manager.wait_until_finished()
-    if step is not None:
-      if step not in self._manager.all_steps():
-        raise FileNotFoundError(f"no checkpoint for step {step} in {self.directory}; "
-                                f"available: {self.all_steps()}")
-      return self._restore(step)
+    with _alone():
+      if step is not None:
+        if step not in self._manager.all_steps():
+          raise FileNotFoundError(f"no checkpoint for step {step} in {self.directory}; "
+                                  f"available: {self.all_steps()}")
+        return self._restore(step)
+      return self._restore_newest_restorable()
+
+  def _restore_newest_restorable(self) -> tuple[TrainState, dict[str, Any]] | None:
     steps = sorted(self._manager.all_steps(), reverse=True)
     failed: list[tuple[int, Exception]] = []
     for candidate in steps:
@@ -181,19 +212,23 @@ class AgentCheckpointer:
     return os.fspath(aside)
 
   def latest_step(self) -> int | None:
-    return self._manager.latest_step()
+    with _ORBAX_LOCK:
+      return self._manager.latest_step()
 
   def all_steps(self) -> list[int]:
-    return sorted(self._manager.all_steps())
+    with _ORBAX_LOCK:
+      return sorted(self._manager.all_steps())
 
   def wait_until_finished(self) -> None:
     """Blocks until pending asynchronous saves are written."""
-    self._manager.wait_until_finished()
+    with _ORBAX_LOCK:
+      self._manager.wait_until_finished()
 
   def close(self) -> None:
     """Waits for pending saves and releases the manager."""
-    self._manager.wait_until_finished()
-    self._manager.close()
+    with _alone():
+      _LIVE.discard(self)
+      self._manager.close()
 
   def __enter__(self) -> AgentCheckpointer:
     return self
@@ -211,7 +246,7 @@ def save_params(directory: str | os.PathLike[str], params: Any, *,
   """
   options = ocp.CheckpointManagerOptions(max_to_keep=1, enable_async_checkpointing=False,
                                          create=True)
-  with ocp.CheckpointManager(_resolve(directory), options=options) as manager:
+  with _alone(), ocp.CheckpointManager(_resolve(directory), options=options) as manager:
     manager.save(0, args=ocp.args.Composite(params=ocp.args.StandardSave(params),
                                             metadata=ocp.args.JsonSave(dict(metadata or {}))),
                  force=True)
@@ -228,7 +263,7 @@ def restore_params(directory: str | os.PathLike[str], abstract_params: Any
       `layout.abstract.params`); a shape mismatch raises orbax's error naming the leaf.
   """
   path = _resolve(directory)
-  with ocp.CheckpointManager(path) as manager:
+  with _alone(), ocp.CheckpointManager(path) as manager:
     step = manager.latest_step()
     if step is None:
       raise FileNotFoundError(f"{path} holds no parameter checkpoint")

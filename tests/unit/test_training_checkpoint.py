@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import threading
 
 import jax
 import numpy as np
@@ -124,6 +125,38 @@ def test_keep(tmp_path, trained):
     assert metadata == {"step": 6}
     with pytest.raises(FileNotFoundError, match="no checkpoint for step 4"):
       checkpointer.restore(4)
+
+
+def test_two_threads_saving_at_once_keep_every_checkpoint_whole(tmp_path, trained):
+  """`--slice=both` saves M's and S's checkpoints from two threads of one process; orbax's
+  process-wide save state once let them finalise each other's folders ("File exists",
+  a missing `metadata`). Every save of both threads must land whole."""
+  layout, _, host = trained
+  steps = range(1, 16)
+  errors: list[BaseException] = []
+
+  def save_all(name: str) -> None:
+    try:
+      with AgentCheckpointer(tmp_path / name, layout, CheckpointConfig(keep=2)) as checkpointer:
+        for step in steps:
+          state = jax.device_put(host.replace(step=np.int32(step)), layout.shardings)
+          checkpointer.save(state, force=True, metadata={"who": name, "step": step})
+          checkpointer.wait_until_finished()
+    except BaseException as e:  # noqa: BLE001 (re-raised by the assertion below)
+      errors.append(e)
+
+  threads = [threading.Thread(target=save_all, args=(name,)) for name in ("main", "sub")]
+  for thread in threads:
+    thread.start()
+  for thread in threads:
+    thread.join()
+  assert not errors, errors
+  for name in ("main", "sub"):
+    with AgentCheckpointer(tmp_path / name, layout) as checkpointer:
+      assert checkpointer.all_steps() == [steps[-2], steps[-1]]
+      state, metadata = checkpointer.restore()
+    assert metadata == {"who": name, "step": steps[-1]}
+    _assert_bitwise_equal(jax.tree.map(np.asarray, state.params), host.params)
 
 
 def test_keep_period_also_keeps_every_multiple(tmp_path, trained):
