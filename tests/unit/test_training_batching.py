@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 from mgrpo_jax.core.alignment import align_indices
 from mgrpo_jax.core.losses import AGGREGATIONS, policy_loss
-from mgrpo_jax.training import TokenSequence, aligned_batch, pack_sequences
+from mgrpo_jax.training import TokenSequence, TrainBatch, aligned_batch, pack_sequences
 from mgrpo_jax.training.batching import row_buckets
 
 BUCKETS = (4, 8, 16, 32)
@@ -141,10 +142,28 @@ def _slot_store(data, counts):
   return store
 
 
+# The property's largest batch: Q*K*D <= 27 rows, sequences of at most 12 tokens.
+PADDED_SHAPE = (27, 16)
+
+
+def _padded(batch: TrainBatch) -> TrainBatch:
+  """`batch` with empty rows (weight 0, no loss tokens) and loss-free columns up to
+  PADDED_SHAPE: the same loss, gradient and metrics (`core.losses`: an all-zero mask row
+  is not counted) in one shape, so the property compiles once per aggregation."""
+  rows, length = PADDED_SHAPE
+
+  def pad(x: np.ndarray) -> np.ndarray:
+    widths = [(0, rows - x.shape[0]), (0, length - x.shape[-1])][:x.ndim]
+    return np.pad(x, widths)
+
+  return TrainBatch(*(pad(getattr(batch, f.name)) for f in dataclasses.fields(TrainBatch)))
+
+
 @functools.partial(jax.jit, static_argnames="aggregation")
 def _loss_and_shift_grad(batch, shift, aggregation):
   """((loss, metrics), d loss / d shift) of a batch whose log-probs move by shift*cos(ids);
-  jitted, so the property's examples compile once per shape instead of running op by op."""
+  jitted over `_padded` batches, so the property's examples share one compiled program per
+  aggregation instead of running op by op."""
 
   def objective(shift):
     logp = jnp.where(batch.loss_mask > 0, batch.old_logp + shift * jnp.cos(batch.ids), 0.0)
@@ -161,8 +180,12 @@ def test_a_merged_batch_has_the_per_slot_batchs_loss_gradient_and_metrics(data):
   counts = np.array(data.draw(st.lists(st.integers(0, 5), min_size=num_q * num_k,
                                        max_size=num_q * num_k))).reshape(num_q, num_k)
   store = _slot_store(data, counts)
-  index, valid = (np.asarray(x) for x in align_indices(
-      counts, num_d, jax.random.key(data.draw(st.integers(0, 2**16)))))
+  # Aligned in the largest [Q, K] grid (empty rollouts around it), so `align_indices`
+  # compiles once per D: a rollout's slots depend on its own count alone.
+  grid = np.zeros((3, 3), counts.dtype)
+  grid[:num_q, :num_k] = counts
+  index, valid = (np.asarray(x)[:num_q, :num_k] for x in align_indices(
+      grid, num_d, jax.random.key(data.draw(st.integers(0, 2**16)))))
   # One advantage per call (its slots share a reward and a group), as mgrpo_advantages.
   call_advantage = {key: np.float32(np.sin(sum(key) + 0.5)) for key in store}
   advantages = np.zeros(index.shape, np.float32)
@@ -179,8 +202,9 @@ def test_a_merged_batch_has_the_per_slot_batchs_loss_gradient_and_metrics(data):
   aggregation = data.draw(st.sampled_from(sorted(AGGREGATIONS.names())))
 
   for shift in (0.0, 0.3):
-    (loss_slots, metrics_slots), grad_slots = _loss_and_shift_grad(slots, shift, aggregation)
-    (loss_merged, metrics_merged), grad_merged = _loss_and_shift_grad(merged, shift,
+    (loss_slots, metrics_slots), grad_slots = _loss_and_shift_grad(_padded(slots), shift,
+                                                                   aggregation)
+    (loss_merged, metrics_merged), grad_merged = _loss_and_shift_grad(_padded(merged), shift,
                                                                       aggregation)
     np.testing.assert_allclose(loss_merged, loss_slots, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(grad_merged, grad_slots, rtol=1e-5, atol=1e-6)
