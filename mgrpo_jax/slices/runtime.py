@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 
 from mgrpo_jax.config.modes import Mode, parse_mode
-from mgrpo_jax.core.rewards import RewardWeights
 from mgrpo_jax.metrics import format_progress, format_step
 from mgrpo_jax.sampling.buckets import doubling_lengths
 from mgrpo_jax.scale import distributed
@@ -82,8 +81,7 @@ class StepSettings:
   num_slots: int  # D
   staleness: int
   wait_timeout_s: float
-  weights: RewardWeights
-  advantage: step_math.AdvantageConfig
+  credit: step_math.CreditConfig
 
   @classmethod
   def from_config(cls, config) -> StepSettings:
@@ -94,9 +92,7 @@ class StepSettings:
                num_rollouts=int(mgrpo.rollouts_per_query),
                num_slots=int(mgrpo.aligned_sub_calls), staleness=int(mgrpo.staleness),
                wait_timeout_s=float(config.store.wait_timeout_s),
-               weights=RewardWeights.from_config(config.rewards),
-               advantage=step_math.AdvantageConfig(std=str(mgrpo.advantage_std),
-                                                   eps=float(mgrpo.advantage_eps)))
+               credit=step_math.CreditConfig.from_config(config))
 
 
 @dataclasses.dataclass
@@ -148,6 +144,13 @@ class SliceRuntime:
     settings = self.settings
     slots = settings.num_queries * settings.num_rollouts * settings.num_slots
     return row_buckets(slots, int(self.config[self.role].optim.micro_batch_size) or 1)
+
+  @property
+  def sub_packing(self) -> step_math.Packing:
+    """How the S batches this agent trains on are packed: its pad id, `buckets` and
+    `sub_row_buckets`."""
+    return step_math.Packing(pad_id=self.pad_id, buckets=self.buckets,
+                             row_buckets=self.sub_row_buckets)
 
   def restore(self) -> dict[str, Any] | None:
     """Restores the newest checkpoint into the train state; its metadata, or None."""

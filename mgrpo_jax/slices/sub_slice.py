@@ -88,7 +88,7 @@ def run_sub_slice(config, workdir: str) -> None:
     return
   rt = open_runtime(config, workdir, "sub")
   settings, trains = rt.settings, mode.sub_trained
-  scoring = _Scoring.of(rt)
+  scoring = step_math.Scoring.of(rt.questions, rt.expert_judge)
   rt.apply_init_checkpoint()
   initial_params = servable_params(rt.layout, rt.trainer.state)
   start = _start(rt, rt.restore())
@@ -193,18 +193,6 @@ def _serve(rt: SliceRuntime, policy, versions: WeightVersions, start: int):
   return server
 
 
-@dataclasses.dataclass(frozen=True)
-class _Scoring:
-  """What S's records are scored with: the questions by id and the r_expert judge."""
-
-  questions: dict
-  judge: object
-
-  @classmethod
-  def of(cls, rt: SliceRuntime) -> _Scoring:
-    return cls({q.id: q for q in rt.questions}, rt.expert_judge)
-
-
 @dataclasses.dataclass
 class _Queue:
   """The unsynchronized arm's FIFO (`sub_queue.py`): its calls at the start of the
@@ -236,12 +224,11 @@ def _queued_step(rt: SliceRuntime, queue: _Queue, step: int,
   queue.scalars = sub_queue.queue_scalars(taken, queue.calls, step)
   return step_math.queued_sub_step(
       [c.record for c in taken], [record for _, record in arrived],
-      num_rows=group * -(-count // group), group_size=group,
-      weights=settings.weights, advantage=settings.advantage, pad_id=rt.pad_id,
-      buckets=rt.buckets, row_buckets=rt.sub_row_buckets)
+      num_rows=group * -(-count // group), group_size=group, credit=settings.credit,
+      packing=rt.sub_packing)
 
 
-def _prepare(rt: SliceRuntime, scoring: _Scoring, step: int, timer: Timer,
+def _prepare(rt: SliceRuntime, scoring: step_math.Scoring, step: int, timer: Timer,
              queue: _Queue | None) -> tuple[step_math.SubStep, int]:
   """Process 0: step t's S records that M received, scored, aligned and packed, and the
   number of other records in the step's cache (module docstring)."""
@@ -271,15 +258,12 @@ def _prepare(rt: SliceRuntime, scoring: _Scoring, step: int, timer: Timer,
       return _queued_step(rt, queue, step, [(k, scored[k]) for k in keys]), ignored
     return step_math.arrival_sub_step(
         [(k, scored[k]) for k in keys], arrays["correct"], num_queries=len(query_ids),
-        group_size=settings.num_rollouts * settings.num_slots, weights=settings.weights,
-        advantage=settings.advantage, pad_id=rt.pad_id, buckets=rt.buckets,
-        row_buckets=rt.sub_row_buckets), ignored
+        group_size=settings.num_rollouts * settings.num_slots, credit=settings.credit,
+        packing=rt.sub_packing), ignored
   return step_math.aligned_sub_step(
       scored, arrays["main_reward"], arrays["correct"], arrays["num_sub_calls"],
-      num_slots=settings.num_slots, key=agent_setup.step_key(settings.seed, "align", step),
-      mode=str(rt.config.mgrpo.alignment), weights=settings.weights,
-      advantage=settings.advantage, pad_id=rt.pad_id, buckets=rt.buckets,
-      row_buckets=rt.sub_row_buckets), ignored
+      alignment=step_math.SlotAlignment.of_step(rt.config, step), credit=settings.credit,
+      packing=rt.sub_packing), ignored
 
 
 def _train(rt: SliceRuntime, sub_step: step_math.SubStep | None, timer: Timer
