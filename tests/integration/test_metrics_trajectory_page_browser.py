@@ -80,13 +80,15 @@ def oracle_evaluation(tmp_path_factory):
   tokenizer = agent_setup.world_tokenizer(root, config)
   rendering = world_rendering(config)
   main_spec, sub_spec = agent_setup.agent_specs(config)
-  result = held_out.evaluate(
-      str(config.experiment.mode),
-      Agent(OraclePolicy(rendering.main_oracle(0.3, 0), tokenizer), tokenizer),
-      Agent(OraclePolicy(rendering.sub_oracle(0.3, 0), tokenizer), tokenizer),
-      agent_setup.tool_registry(world_path, config, world="test_world"),
-      agent_setup.rollout_config(config), questions, samples=SAMPLES, key=0,
+  setup = held_out.EvalSetup(
+      mode=parse_mode(str(config.experiment.mode)),
+      registry=agent_setup.tool_registry(world_path, config, world="test_world"),
+      rollout_config=agent_setup.rollout_config(config), questions=questions,
       main_spec=main_spec, sub_spec=sub_spec, rendering=rendering)
+  result = held_out.evaluate(
+      setup, Agent(OraclePolicy(rendering.main_oracle(0.3, 0), tokenizer), tokenizer),
+      Agent(OraclePolicy(rendering.sub_oracle(0.3, 0), tokenizer), tokenizer),
+      samples=SAMPLES, key=0)
   assert result.summary["sub_calls_mean"] > 0
   return config, RunPaths(str(root), root, str(root / "store")), questions, result
 
