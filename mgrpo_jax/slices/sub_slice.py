@@ -42,6 +42,7 @@ import dataclasses
 import numpy as np
 
 from mgrpo_jax.agents.records import SubRecord
+from mgrpo_jax.agents.sub_client import InProcessSubAgentClient
 from mgrpo_jax.config.modes import parse_mode
 from mgrpo_jax.scale import distributed
 from mgrpo_jax.scale.multihost import multi_host, servable_params
@@ -176,11 +177,11 @@ def _serve(rt: SliceRuntime, policy, versions: WeightVersions, start: int):
       settings.num_rollouts, rollout_config.max_sub_calls,
       max_tasks=settings.num_queries * settings.num_rollouts,
       max_batches=rollout_config.main.max_turns, max_chars=rollout_config.max_argument_chars)
-  service = SubAgentService(
-      policy, rt.layout.graphdef, rt.tokenizer, rt.registry, rollout_config, versions,
-      rt.cache, gate, after_persist=lambda step: crash_point("sub", "served", step),
-      spec=agent_setup.agent_specs(config)[1],
-      rollout_policy=agent_setup.rollout_policy(policy, rt.tokenizer, "sub"))
+  client = InProcessSubAgentClient(agent_setup.rollout_policy(policy, rt.tokenizer, "sub"),
+                                   rt.tokenizer, rt.registry, rollout_config,
+                                   spec=agent_setup.agent_specs(config)[1])
+  service = SubAgentService(policy, rt.layout.graphdef, client, versions, rt.cache, gate,
+                            after_persist=lambda step: crash_point("sub", "served", step))
   serving = config.serving
   server = service.server(host=str(serving.host), port=int(serving.port),
                           token=service_token(str(serving.token_env)),
