@@ -13,7 +13,7 @@ Step t (B queries, K rollouts each):
   5. A_M over each query's K rollouts, rows padded to T = `limits.max_context` (one
      compiled update for the whole run), one update of M (in shared_policy, M's rows and
      the aligned S rows of the step in ONE batch of the one policy), the step's
-     provisional metrics line (`SliceRuntime.record_before_commit`), checkpoint M
+     provisional metrics line (`StepLog.record_before_commit`), checkpoint M
      (params, optimizer, step, PRNG, data iterator, policy version), ack_main(t),
      retire the step cache (`step_cache.py`); metrics and a progress line.
 
@@ -154,7 +154,7 @@ def run_main_slice(config, workdir: str) -> None:
       distributed.rollout_queries(
           batch_shardings(rt.layout, settings.num_queries * settings.num_rollouts).advantages,
           settings.num_queries, settings.num_rollouts) if multi_host() else slice(None))
-  rt.start_metrics()
+  rt.step_log.start()
   log(f"main slice: mode={mode.name} {describe_steps(start, settings.num_steps)} "
       f"B={settings.num_queries} K={settings.num_rollouts} store={rt.paths.store_uri}")
 
@@ -175,7 +175,7 @@ def run_main_slice(config, workdir: str) -> None:
     scalars.update({f"main/update/{k}": v for k, v in metrics.items()})
     scalars.update(rollouts.stats)
     throughput = _throughput(rollouts, metrics, timer)  # phases the commit does not touch
-    rt.record_before_commit(step, scalars, timer, throughput)
+    rt.step_log.record_before_commit(step, scalars, timer, throughput)
     rt.checkpoint(timer, {"steps_done": step + 1, "data_iterator": stream.get_state(),
                           "policy_version": step + 1})
     crash_point("main", "checkpoint", step)
@@ -184,7 +184,7 @@ def run_main_slice(config, workdir: str) -> None:
     if rt.is_writer and step_pages.page_due(config, step):
       with timer("page"):
         _write_page(rt, step, rollouts, outcome, expert_judge)
-    rt.report(step, scalars, timer, throughput, {
+    rt.step_log.report(step, scalars, timer, throughput, {
         "main/reward": scalars["main/reward_mean"], "loss": metrics["loss"],
         "sub_calls": scalars["main/sub_calls_mean"]})
   rt.close()

@@ -98,7 +98,7 @@ def run_sub_slice(config, workdir: str) -> None:
   policy = rt.sampler_policy(version=start)  # collective with several processes
   server = _serve(rt, policy, versions, start) if rt.is_writer else None
   queue = _open_queue(rt, start) if mode.queued and rt.is_writer else None
-  rt.start_metrics()
+  rt.step_log.start()
   try:
     for step in range(start, settings.num_steps):
       timer = Timer()
@@ -116,7 +116,7 @@ def run_sub_slice(config, workdir: str) -> None:
         scalars.update({f"sub/update/{k}": v for k, v in metrics.items()})
       throughput = {} if metrics is None or not rt.is_writer else {
           "update": metrics["num_tokens"] / max(timer.seconds["update"], 1e-9)}
-      rt.record_before_commit(step, scalars, timer, throughput)
+      rt.step_log.record_before_commit(step, scalars, timer, throughput)
       if trains:
         rt.checkpoint(timer, {"steps_done": step + 1})
       crash_point("sub", "checkpoint", step)
@@ -128,7 +128,7 @@ def run_sub_slice(config, workdir: str) -> None:
       rt.retire_cache(step)
       if queue is not None:
         queue.files.retire(step)
-      rt.report(step, scalars, timer, throughput, {
+      rt.step_log.report(step, scalars, timer, throughput, {
           "sub/reward": scalars["sub/reward_mean"], "calls": scalars["sub/calls"],
           **({"loss": metrics["loss"]} if metrics is not None else {})})
   finally:
