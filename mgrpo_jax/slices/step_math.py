@@ -126,6 +126,7 @@ class Scoring:
 
   @classmethod
   def of(cls, questions: Sequence[Any], judge: Callable[..., float] | None) -> Scoring:
+    """From the questions themselves (objects with an `id`)."""
     return cls({q.id: q for q in questions}, judge)
 
 
