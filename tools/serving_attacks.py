@@ -50,7 +50,8 @@ _SERVER = """
 import json, sys, tempfile
 import dataclasses
 from flax import nnx
-from mgrpo_jax.agents import AgentLimits, OraclePolicy, RolloutConfig, SamplerPolicy, specs
+from mgrpo_jax.agents import (AgentLimits, InProcessSubAgentClient, OraclePolicy,
+                              RolloutConfig, SamplerPolicy, specs)
 from mgrpo_jax.tools import SearchIndex, default_registry
 from mgrpo_jax.models import get_config, init_model
 from mgrpo_jax.sampling import Sampler
@@ -76,11 +77,11 @@ config = RolloutConfig(sub=AgentLimits(max_turns=4, context_tokens=1024, max_new
 gate = RequestGate(num_steps=10, staleness=0, query_ids=frozenset(q.id for q in qs),
                    rollouts_per_query=8, max_sub_calls=16, max_tasks=max_tasks, max_batches=8,
                    max_chars=max_chars)
-service = SubAgentService(
-    SamplerPolicy(Sampler(model, tokenizer)), nnx.graphdef(model), tokenizer, registry, config,
-    versions, SubStepCache(LocalFolder(folder)), gate,
-    spec=dataclasses.replace(specs.SUB, system="Tools: search(query), visit(page)."),
-    rollout_policy=OraclePolicy(OracleSubAgent(), tokenizer, version=0))
+client = InProcessSubAgentClient(
+    OraclePolicy(OracleSubAgent(), tokenizer, version=0), tokenizer, registry, config,
+    spec=dataclasses.replace(specs.SUB, system="Tools: search(query), visit(page)."))
+service = SubAgentService(SamplerPolicy(Sampler(model, tokenizer)), nnx.graphdef(model), client,
+                          versions, SubStepCache(LocalFolder(folder)), gate)
 server = service.server(host="127.0.0.1", port=0, token=token).start()
 print(json.dumps({"port": server.address[1], "queries": [
     [q.id, f"Find the {q.path[0].relation} of {q.path[0].subject}."] for q in qs]}), flush=True)

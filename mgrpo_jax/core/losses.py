@@ -32,6 +32,9 @@ repeated w times. Rows with an all-zero mask (empty alignment slots) add nothing
 not counted. "seq_mean_token_mean" with K rows per query is the paper's 1/K (M) and
 1/(dK) (S) average of Eq. 14 and 16.
 
+The settings above (clip_low, clip_high, clip_ratio_c, kl_coef, ratio, aggregation,
+kl_estimator, max_len) travel together as one `Surrogate`.
+
 Micro-batching: `loss_normalizer` gives the denominator of the full batch; passing it as
 `normalizer=` to every micro-batch makes the micro-batch losses (and their gradients)
 sum exactly to the full-batch ones. New reductions: `AGGREGATIONS.register(name)`, a
@@ -41,8 +44,9 @@ denominator)` where token_loss is already zero off the mask.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -54,6 +58,48 @@ from mgrpo_jax.core._registry import Registry
 RATIO_MODES = ("token", "sequence", "trajectory")
 KL_ESTIMATORS = ("k1", "k2", "k3")
 AGGREGATIONS = Registry("loss aggregation")
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Surrogate:
+  """The settings of the clipped surrogate (module docstring), `policy_loss`'s `surrogate`.
+
+  A pytree: the four numbers are its leaves, traced under jit (a new value reuses the
+  compiled program); the choices are static (hashed into the jit cache key).
+
+  Attributes:
+    clip_low: epsilon_low, the ratio is clipped below at 1 - clip_low (in [0, 1)).
+    clip_high: epsilon_high, the ratio is clipped above at 1 + clip_high (>= 0).
+    clip_ratio_c: optional dual-clip bound c > 1; for A < 0 the token loss is capped at
+      -A * c.
+    kl_coef: beta, weight of the KL penalty; it applies only with reference log-probs.
+    ratio: "token" (default), "sequence" (GSPO) or "trajectory" (Eq. 14 as written).
+    aggregation: a name in `AGGREGATIONS`.
+    kl_estimator: "k1", "k2" or "k3" (see `kl_divergence`).
+    max_len: the constant length of "seq_mean_token_sum_norm" (default T).
+  """
+
+  clip_low: Any = 0.2
+  clip_high: Any = 0.28
+  clip_ratio_c: Any = None
+  kl_coef: Any = 0.0
+  ratio: str = dataclasses.field(default="token", metadata={"static": True})
+  aggregation: str = dataclasses.field(default="seq_mean_token_mean",
+                                       metadata={"static": True})
+  kl_estimator: str = dataclasses.field(default="k3", metadata={"static": True})
+  max_len: int | None = dataclasses.field(default=None, metadata={"static": True})
+
+
+class _Tokens(NamedTuple):
+  """Per-token quantities [N, T] of one loss call: the mask, rho, log(pi_theta / pi_old),
+  the clipped policy-gradient loss and the KL estimate (None without a reference)."""
+
+  mask: jax.Array
+  rho: jax.Array
+  log_ratio: jax.Array
+  pg: jax.Array
+  kl: jax.Array | None
 
 
 def _counted_rows(mask: jax.Array, weights: jax.Array) -> jax.Array:
@@ -139,13 +185,10 @@ def _token_log_ratio(logp: jax.Array, log_ratio: jax.Array, mask: jax.Array,
   return sequence + logp - jax.lax.stop_gradient(logp)
 
 
-@functools.partial(
-    jax.jit, static_argnames=("ratio", "aggregation", "kl_estimator", "max_len"))
+@jax.jit
 def _policy_loss(logp: jax.Array, old_logp: jax.Array, advantages: jax.Array,
                  loss_mask: jax.Array, ref_logp: jax.Array | None, weights: jax.Array | None,
-                 normalizer: jax.Array | None, clip_low: jax.Array, clip_high: jax.Array,
-                 clip_ratio_c: jax.Array | None, kl_coef: jax.Array, *, ratio: str,
-                 aggregation: str, kl_estimator: str, max_len: int
+                 normalizer: jax.Array | None, surrogate: Surrogate
                  ) -> tuple[jax.Array, dict[str, jax.Array]]:
   mask = jnp.asarray(loss_mask).astype(jnp.float32)
   present = mask > 0
@@ -154,55 +197,57 @@ def _policy_loss(logp: jax.Array, old_logp: jax.Array, advantages: jax.Array,
   old_logp = jnp.where(present, jnp.asarray(old_logp, jnp.float32), 0.0)
   adv = jnp.asarray(advantages, jnp.float32)[:, None]
   log_ratio = logp - old_logp
-  rho = jnp.exp(_token_log_ratio(logp, log_ratio, mask, ratio))
+  rho = jnp.exp(_token_log_ratio(logp, log_ratio, mask, surrogate.ratio))
 
-  clipped = jnp.clip(rho, 1.0 - clip_low, 1.0 + clip_high)
+  clipped = jnp.clip(rho, 1.0 - surrogate.clip_low, 1.0 + surrogate.clip_high)
   pg = jnp.maximum(-adv * rho, -adv * clipped)
-  if clip_ratio_c is not None:
-    pg = jnp.where(adv < 0, jnp.minimum(pg, -adv * clip_ratio_c), pg)
+  if surrogate.clip_ratio_c is not None:
+    pg = jnp.where(adv < 0, jnp.minimum(pg, -adv * surrogate.clip_ratio_c), pg)
   pg = jnp.where(present, pg, 0.0)
   token_loss = pg
   kl_tok = None
   if ref_logp is not None:
     ref = jnp.where(present, jnp.asarray(ref_logp, jnp.float32), 0.0)
-    kl_tok = jnp.where(present, _kl(logp, ref, kl_estimator), 0.0)
-    token_loss = token_loss + kl_coef * kl_tok
+    kl_tok = jnp.where(present, _kl(logp, ref, surrogate.kl_estimator), 0.0)
+    token_loss = token_loss + surrogate.kl_coef * kl_tok
 
   w = jnp.ones(adv.shape[:1], jnp.float32) if weights is None else jnp.asarray(
       weights, jnp.float32)
-  reduce = AGGREGATIONS.get(aggregation)
-  numerator, denominator = reduce(token_loss, mask, w, max_len)
+  reduce = AGGREGATIONS.get(surrogate.aggregation)
+  numerator, denominator = reduce(token_loss, mask, w, surrogate.max_len)
   if normalizer is not None:
     denominator = jnp.asarray(normalizer, jnp.float32)
   safe_denominator = jnp.where(denominator != 0, denominator, 1.0)
   loss = numerator / safe_denominator
 
-  metrics = _metrics(rho, log_ratio, adv, mask, pg, kl_tok, w, reduce, safe_denominator,
-                     clip_low, clip_high, clip_ratio_c, max_len)
+  metrics = _metrics(_Tokens(mask, rho, log_ratio, pg, kl_tok), adv, w, safe_denominator,
+                     surrogate)
   return loss, metrics
 
 
-def _metrics(rho: jax.Array, log_ratio: jax.Array, adv: jax.Array, mask: jax.Array,
-             pg: jax.Array, kl_tok: jax.Array | None, w: jax.Array, reduce: Any,
-             denominator: jax.Array, clip_low: jax.Array, clip_high: jax.Array,
-             clip_ratio_c: jax.Array | None, max_len: int) -> dict[str, jax.Array]:
+def _metrics(tokens: _Tokens, adv: jax.Array, w: jax.Array, denominator: jax.Array,
+             surrogate: Surrogate) -> dict[str, jax.Array]:
   """Diagnostics (no gradient): token means over the masked tokens of this call, each
-  row's tokens counted w_i times (a merged row reports what its w_i copies would)."""
+  row's tokens counted w_i times (a merged row reports what its w_i copies would).
+
+  adv [N, 1]; w [N]; denominator: the loss's (non-zero) scalar denominator.
+  """
   sg = jax.lax.stop_gradient
-  rho, log_ratio, pg = sg(rho), sg(log_ratio), sg(pg)
+  mask = tokens.mask
+  rho, log_ratio, pg = sg(tokens.rho), sg(tokens.log_ratio), sg(tokens.pg)
   present = (mask > 0) & (w[:, None] > 0)
   token_sums = {
       "num_tokens": jnp.ones_like(mask),
-      "clip_frac_low": (adv < 0) & (rho < 1.0 - clip_low),
-      "clip_frac_high": (adv > 0) & (rho > 1.0 + clip_high),
+      "clip_frac_low": (adv < 0) & (rho < 1.0 - surrogate.clip_low),
+      "clip_frac_high": (adv > 0) & (rho > 1.0 + surrogate.clip_high),
       # KL(pi_old || pi_theta) from tokens sampled from pi_old, k3 estimator.
       "approx_kl": jnp.exp(log_ratio) - 1.0 - log_ratio,
       "ratio_mean": rho,
   }
-  if clip_ratio_c is not None:
-    token_sums["clip_frac_dual"] = (adv < 0) & (rho > clip_ratio_c)
-  if kl_tok is not None:
-    token_sums["kl"] = sg(kl_tok)
+  if surrogate.clip_ratio_c is not None:
+    token_sums["clip_frac_dual"] = (adv < 0) & (rho > surrogate.clip_ratio_c)
+  if tokens.kl is not None:
+    token_sums["kl"] = sg(tokens.kl)
   totals, ratio_min, ratio_max = _masked_totals(token_sums, rho, mask * w[:, None], present)
   num_tokens = totals.pop("num_tokens")
   any_token = num_tokens > 0
@@ -212,7 +257,8 @@ def _metrics(rho: jax.Array, log_ratio: jax.Array, adv: jax.Array, mask: jax.Arr
   metrics["ratio_min"] = jnp.where(any_token, ratio_min, 1.0)
   metrics["ratio_max"] = jnp.where(any_token, ratio_max, 1.0)
   metrics["num_tokens"] = num_tokens
-  metrics["pg_loss"] = reduce(pg, mask, w, max_len)[0] / denominator
+  reduce = AGGREGATIONS.get(surrogate.aggregation)
+  metrics["pg_loss"] = reduce(pg, mask, w, surrogate.max_len)[0] / denominator
   return metrics
 
 
@@ -303,8 +349,12 @@ def loss_normalizer(loss_mask: Any, *, aggregation: str = "seq_mean_token_mean",
                           max_len=_resolve_max_len(max_len, t))
 
 
-def _check_scalar_options(clip_low: Any, clip_high: Any, clip_ratio_c: Any, kl_coef: Any,
-                          normalizer: Any) -> None:
+def _check_surrogate(surrogate: Surrogate, normalizer: Any) -> None:
+  _checks.check_choice(surrogate.ratio, "ratio", RATIO_MODES)
+  _checks.check_choice(surrogate.kl_estimator, "kl_estimator", KL_ESTIMATORS)
+  AGGREGATIONS.get(surrogate.aggregation)
+  clip_low, clip_high = surrogate.clip_low, surrogate.clip_high
+  clip_ratio_c, kl_coef = surrogate.clip_ratio_c, surrogate.kl_coef
   if _checks.is_concrete(clip_low) and not 0.0 <= float(clip_low) < 1.0:
     raise ValueError(f"clip_low must be in [0, 1), got {clip_low}")
   if _checks.is_concrete(clip_high) and not float(clip_high) >= 0.0:
@@ -320,11 +370,9 @@ def _check_scalar_options(clip_low: Any, clip_high: Any, clip_ratio_c: Any, kl_c
 
 
 def policy_loss(logp: Any, old_logp: Any, advantages: Any, loss_mask: Any, *,
-                clip_low: float = 0.2, clip_high: float = 0.28, ratio: str = "token",
-                aggregation: str = "seq_mean_token_mean", ref_logp: Any = None,
-                kl_coef: float = 0.0, kl_estimator: str = "k3", weights: Any = None,
-                clip_ratio_c: float | None = None, normalizer: Any = None,
-                max_len: int | None = None) -> tuple[jax.Array, dict[str, jax.Array]]:
+                surrogate: Surrogate = Surrogate(), ref_logp: Any = None,
+                weights: Any = None, normalizer: Any = None
+                ) -> tuple[jax.Array, dict[str, jax.Array]]:
   """-J(theta) of one agent's batch (Eq. 14-19) and diagnostics.
 
   Args:
@@ -334,19 +382,12 @@ def policy_loss(logp: Any, old_logp: Any, advantages: Any, loss_mask: Any, *,
     loss_mask: [N, T], 1 (True) at tokens the policy sampled; 0 at prompts, tool
       outputs, the other agent's text and padding. Values other than 0/1 act as token
       weights. Off-mask entries of the log-prob arrays may hold anything.
-    clip_low: epsilon_low, the ratio is clipped below at 1 - clip_low.
-    clip_high: epsilon_high, the ratio is clipped above at 1 + clip_high.
-    ratio: "token" (default), "sequence" (GSPO) or "trajectory" (Eq. 14 as written).
-    aggregation: a name in `AGGREGATIONS` (module docstring).
+    surrogate: the clip range, dual clip, ratio granularity, reduction, KL weight and
+      estimator (`Surrogate`; default the released code's token-level clipped loss).
     ref_logp: optional float [N, T], log pi_ref for the KL penalty.
-    kl_coef: beta, weight of the KL penalty; it applies only when ref_logp is given.
-    kl_estimator: "k1", "k2" or "k3" (see `kl_divergence`).
     weights: optional float [N] >= 0, per-row multiplicities.
-    clip_ratio_c: optional dual-clip bound c > 1; for A < 0 the token loss is capped at
-      -A * c.
     normalizer: optional scalar replacing the batch's own denominator; use
       `loss_normalizer` of the full batch when summing micro-batch losses.
-    max_len: the constant length of "seq_mean_token_sum_norm" (default T).
 
   Returns:
     (loss float32 scalar, metrics): pg_loss (the loss without the KL term), clip_frac_low,
@@ -362,13 +403,10 @@ def policy_loss(logp: Any, old_logp: Any, advantages: Any, loss_mask: Any, *,
   if ref_logp is not None:
     _checks.check_same_shape(ref_logp, "ref_logp", (n, t), "loss_mask")
   _checks.check_same_shape(advantages, "advantages", (n,), "loss_mask rows [N]")
-  _checks.check_choice(ratio, "ratio", RATIO_MODES)
-  _checks.check_choice(kl_estimator, "kl_estimator", KL_ESTIMATORS)
-  AGGREGATIONS.get(aggregation)
-  _check_scalar_options(clip_low, clip_high, clip_ratio_c, kl_coef, normalizer)
+  _check_surrogate(surrogate, normalizer)
+  kl_coef = surrogate.kl_coef
   if ref_logp is None and _checks.is_concrete(kl_coef) and float(kl_coef) != 0.0:
     raise ValueError("kl_coef is non-zero but ref_logp is None: pass the reference log-probs")
+  surrogate = dataclasses.replace(surrogate, max_len=_resolve_max_len(surrogate.max_len, t))
   return _policy_loss(logp, old_logp, advantages, loss_mask, ref_logp, weights, normalizer,
-                      clip_low, clip_high, clip_ratio_c, kl_coef, ratio=ratio,
-                      aggregation=aggregation, kl_estimator=kl_estimator,
-                      max_len=_resolve_max_len(max_len, t))
+                      surrogate)

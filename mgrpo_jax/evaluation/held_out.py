@@ -40,6 +40,8 @@ summarizes:
                      demonstrations' mistakes and all): how closely the agent imitates
                      what it was fine-tuned on.
 
+What the agents are evaluated in (the mode, the world's tools and questions, the agents'
+limits and prompts, the world's rendering and expert judge) is one `EvalSetup`.
 `evaluate_sources` builds the policies from orbax checkpoints (the warm start's
 parameters, or the RL run's latest state) so the same numbers come out for any stage.
 """
@@ -57,6 +59,7 @@ from typing import Any
 import numpy as np
 
 from mgrpo_jax.agents import specs
+from mgrpo_jax.agents.config import RolloutConfig
 from mgrpo_jax.agents.modes import Agent, make_controller
 from mgrpo_jax.agents.records import MainRecord, SubRecord
 from mgrpo_jax.agents.scoring import score
@@ -66,10 +69,11 @@ from mgrpo_jax.scale.writers import log
 from mgrpo_jax.tasks.judges import ExactMatchJudge, ExpertJudge
 from mgrpo_jax.tasks.oracle import Action
 from mgrpo_jax.tasks.renderings import NATURAL, Rendering
+from mgrpo_jax.tools import TaskRoutedRegistry, ToolRegistry
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.checkpoint import AgentCheckpointer, restore_params
 from mgrpo_jax.training.data import ensure_world, load_questions, noisy_oracles, world_rendering
-from mgrpo_jax.warm_start.demonstrations import collect_demonstrations
+from mgrpo_jax.warm_start.demonstrations import Demonstrators, collect_demonstrations
 
 NUM_EXAMPLES = 2
 # The keys of the greedy pass's summary kept under "greedy".
@@ -142,18 +146,42 @@ def summarize(main: Sequence[MainRecord], sub: Sequence[SubRecord], questions,
   return summary
 
 
-def evaluate(mode: str | Mode, main: Agent, sub: Agent | None, registry, rollout_config,
-             questions: Sequence[Any], *, samples: int, key: int,
-             main_spec: specs.AgentSpec, sub_spec: specs.AgentSpec,
-             rendering: Rendering = NATURAL,
-             expert_judge: ExpertJudge | None = None) -> EvalResult:
-  """Rollouts of `questions` (`samples` each), scored and summarized; with
-  `expert_judge` (of the world `registry` serves), S's reports are scored too."""
-  controller = make_controller(mode, main, registry, rollout_config,
-                               sub=sub if parse_mode(mode).sub_agent else None,
-                               main_spec=main_spec, sub_spec=sub_spec)
-  out = controller.run(list(questions), samples, key)
-  by_id = {q.id: q for q in questions}
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EvalSetup:
+  """What the agents are evaluated in.
+
+  Attributes:
+    mode: the mode whose rollout controller plays the questions.
+    registry: the tools of the world the questions ask about.
+    rollout_config: the agents' limits (turns, context, new tokens, sub-calls).
+    questions: the evaluated questions.
+    main_spec: M's (or the single agent's) prompts and tools.
+    sub_spec: S's prompts and tools.
+    rendering: the world's rendering (copy diagnostics, sub-task properties, oracles).
+    expert_judge: r_expert of the world `registry` serves (None: S's reports are not
+      scored).
+  """
+
+  mode: Mode
+  registry: ToolRegistry | TaskRoutedRegistry
+  rollout_config: RolloutConfig
+  questions: Sequence[Any]
+  main_spec: specs.AgentSpec
+  sub_spec: specs.AgentSpec
+  rendering: Rendering = NATURAL
+  expert_judge: ExpertJudge | None = None
+
+
+def evaluate(setup: EvalSetup, main: Agent, sub: Agent | None, *, samples: int,
+             key: int) -> EvalResult:
+  """Rollouts of `setup.questions` (`samples` each), scored and summarized; with
+  `setup.expert_judge`, S's reports are scored too."""
+  controller = make_controller(setup.mode, main, setup.registry, setup.rollout_config,
+                               sub=sub if setup.mode.sub_agent else None,
+                               main_spec=setup.main_spec, sub_spec=setup.sub_spec)
+  out = controller.run(list(setup.questions), samples, key)
+  by_id = {q.id: q for q in setup.questions}
+  expert_judge, rendering = setup.expert_judge, setup.rendering
   scored_main, scored_sub = score(out.main, out.sub, by_id, ExactMatchJudge(), expert_judge)
   summary = summarize(scored_main, scored_sub, by_id, main.tokenizer,
                       sub.tokenizer if sub is not None else None, rendering)
@@ -249,22 +277,22 @@ def load_agent(config, role: str, root: pathlib.Path, source: Source) -> Agent:
   return Agent(policy, tokenizer)
 
 
-def held_out_turn_accuracy(mode: str | Mode, agents: dict[str, Agent], registry, rollout_config,
-                           questions: Sequence[Any], *, main_spec: specs.AgentSpec,
-                           sub_spec: specs.AgentSpec, rendering: Rendering = NATURAL,
+def held_out_turn_accuracy(setup: EvalSetup, agents: dict[str, Agent],
                            oracles: tuple[Any, Any] | None = None
                            ) -> dict[str, dict[str, float]]:
   """`turn_accuracy` of each agent in `agents` ("main", "sub") on the trajectories of
-  `questions` played by `oracles` (M's and S's scripted policies; default the clean
-  ones), the single agent's being M's oracle with S's inline."""
-  mode = parse_mode(mode)
+  `setup.questions` played by `oracles` (M's and S's scripted policies; default the
+  clean ones of `setup.rendering`), the single agent's being M's oracle with S's inline."""
+  mode, rendering = setup.mode, setup.rendering
   main_oracle, sub_oracle = oracles or (rendering.main_oracle(0.0, 0),
                                         rendering.sub_oracle(0.0, 0))
-  demos = collect_demonstrations(
-      agents["main"].tokenizer, registry, rollout_config, questions,
-      main_oracle=main_oracle, sub_oracle=sub_oracle,
-      mode=mode.demonstration, main_spec=main_spec, sub_spec=sub_spec,
+  demonstrators = Demonstrators(
+      main_oracle=main_oracle, sub_oracle=sub_oracle, main_spec=setup.main_spec,
+      sub_spec=setup.sub_spec,
       sub_tokenizer=agents["sub"].tokenizer if "sub" in agents else None)
+  demos = collect_demonstrations(agents["main"].tokenizer, setup.registry,
+                                 setup.rollout_config, setup.questions,
+                                 demonstrators=demonstrators, mode=mode.demonstration)
   sequences = {"main": demos.main, "sub": demos.sub}
   return {role: turn_accuracy.turn_accuracy(
               agent.policy.sampler.model, sequences[role], agent.tokenizer,
@@ -291,12 +319,12 @@ def evaluate_sources(config, root: str | pathlib.Path, sources: dict[str, Source
   if mode.sub_agent:
     sub = main if mode.shared else load_agent(config, "sub", root, sources["sub"])
   main_spec, sub_spec = agent_setup.agent_specs(config)
-  rollout_config = agent_setup.rollout_config(config)
-  rendering = world_rendering(config)
-  run = functools.partial(evaluate, mode, registry=registry, rollout_config=rollout_config,
-                          questions=questions, main_spec=main_spec, sub_spec=sub_spec,
-                          key=agent_setup.derive_seed(int(config.experiment.seed), "eval"),
-                          rendering=rendering, expert_judge=held_out_expert_judge(config))
+  setup = EvalSetup(mode=mode, registry=registry,
+                    rollout_config=agent_setup.rollout_config(config), questions=questions,
+                    main_spec=main_spec, sub_spec=sub_spec, rendering=world_rendering(config),
+                    expert_judge=held_out_expert_judge(config))
+  run = functools.partial(evaluate, setup,
+                          key=agent_setup.derive_seed(int(config.experiment.seed), "eval"))
   greedy_main = greedy(main)
   greedy_sub = None if sub is None else greedy_main if sub is main else greedy(sub)
   greedy_result = run(main=greedy_main, sub=greedy_sub, samples=1)
@@ -309,13 +337,10 @@ def evaluate_sources(config, root: str | pathlib.Path, sources: dict[str, Source
   result.summary["greedy"] = greedy_summary
   result.summary["split"] = split
   agents = {"main": main} if sub is None else {"main": main, "sub": sub}
-  turns = functools.partial(held_out_turn_accuracy, mode, agents, registry, rollout_config,
-                            questions, main_spec=main_spec, sub_spec=sub_spec,
-                            rendering=rendering)
-  result.summary["turn_accuracy"] = turns()
+  result.summary["turn_accuracy"] = held_out_turn_accuracy(setup, agents)
   if str(config.world.source) == "generated":
-    result.summary["demonstrated_turn_accuracy"] = turns(
-        oracles=noisy_oracles(config, int(config.experiment.seed)))
+    result.summary["demonstrated_turn_accuracy"] = held_out_turn_accuracy(
+        setup, agents, oracles=noisy_oracles(config, int(config.experiment.seed)))
   return result
 
 

@@ -28,7 +28,7 @@ from flax import nnx
 from jax.experimental.pallas.ops.tpu import splash_attention as splash
 from jax.sharding import PartitionSpec
 
-from mgrpo_jax.models.config import ModelConfig, RopeScaling
+from mgrpo_jax.models.config import LoraConfig, ModelConfig, RopeScaling
 from mgrpo_jax.models.sharding import ACTIVATION_RULES, logical_to_mesh_spec
 
 # Splash attention tiles the sequence in blocks of a multiple of this many tokens.
@@ -48,28 +48,28 @@ class Dense(nnx.Module):
   """y = x @ kernel (+ bias) (+ scale * (x @ lora_a) @ lora_b); kernel [in, out] with
   logical axes `axes`.
 
-  With `lora_rank` r > 0 the layer holds an adapter: lora_a [in, r] drawn as PEFT draws
-  it (uniform in +-1/sqrt(in)) and lora_b [r, out] of zeros (so the adapted layer starts
-  as the base), both float32 `nnx.LoRAParam`s with axes (axes[0], None) / (None,
-  axes[1]), and `lora_scale` = alpha / r.
+  With `lora` (rank r, `lora_scale` = alpha / r) the layer holds an adapter: lora_a [in,
+  r] drawn as PEFT draws it (uniform in +-1/sqrt(in)) and lora_b [r, out] of zeros (so
+  the adapted layer starts as the base), both float32 `nnx.LoRAParam`s with axes
+  (axes[0], None) / (None, axes[1]).
   """
 
   def __init__(self, in_features: int, out_features: int, *, axes: tuple[str, str],
                use_bias: bool = False, dtype: Any = jnp.float32,
-               param_dtype: Any = jnp.float32, lora_rank: int = 0, lora_scale: float = 1.0,
+               param_dtype: Any = jnp.float32, lora: LoraConfig | None = None,
                rngs: nnx.Rngs):
     self.dtype = dtype
     self.kernel = logical_param(rngs, nnx.initializers.lecun_normal(), (in_features, out_features),
                          param_dtype, axes)
     self.bias = (logical_param(rngs, nnx.initializers.zeros_init(), (out_features,), param_dtype,
                         (axes[1],)) if use_bias else None)
-    self.lora_scale = lora_scale
-    self.lora_a = (nnx.LoRAParam(lora_a_init(rngs.params(), (in_features, lora_rank)),
+    self.lora_scale = lora.scale if lora is not None else 1.0
+    self.lora_a = (nnx.LoRAParam(lora_a_init(rngs.params(), (in_features, lora.rank)),
                                  out_sharding=(axes[0], None), eager_sharding=False)
-                   if lora_rank else None)
-    self.lora_b = (nnx.LoRAParam(jnp.zeros((lora_rank, out_features), jnp.float32),
+                   if lora is not None else None)
+    self.lora_b = (nnx.LoRAParam(jnp.zeros((lora.rank, out_features), jnp.float32),
                                  out_sharding=(None, axes[1]), eager_sharding=False)
-                   if lora_rank else None)
+                   if lora is not None else None)
 
   def __call__(self, x: jax.Array) -> jax.Array:
     x = x.astype(self.dtype)
@@ -88,12 +88,10 @@ def lora_a_init(key: jax.Array, shape: Sequence[int]) -> jax.Array:
   return jax.random.uniform(key, tuple(shape), jnp.float32, -bound, bound)
 
 
-def lora_kwargs(config: ModelConfig, projection: str) -> dict[str, Any]:
-  """`Dense`'s adapter arguments for the projection `projection` of `config`."""
+def projection_lora(config: ModelConfig, projection: str) -> LoraConfig | None:
+  """`Dense`'s `lora` for the projection `projection` of `config` (None: no adapter)."""
   lora = config.lora
-  if lora is None or not lora.adapts(projection):
-    return {}
-  return {"lora_rank": lora.rank, "lora_scale": lora.scale}
+  return lora if lora is not None and lora.adapts(projection) else None
 
 
 class RMSNorm(nnx.Module):
@@ -342,13 +340,13 @@ class Attention(nnx.Module):
     self.num_heads, self.num_kv_heads, self.head_dim = c.num_heads, c.num_kv_heads, c.head_dim
     kw = dict(dtype=c.dtype, param_dtype=c.param_dtype, rngs=rngs)
     self.q_proj = Dense(c.hidden_size, c.num_heads * c.head_dim, axes=("embed", "heads"),
-                        use_bias=c.qkv_bias, **kw, **lora_kwargs(c, "q_proj"))
+                        use_bias=c.qkv_bias, **kw, lora=projection_lora(c, "q_proj"))
     self.k_proj = Dense(c.hidden_size, c.num_kv_heads * c.head_dim, axes=("embed", "kv"),
-                        use_bias=c.qkv_bias, **kw, **lora_kwargs(c, "k_proj"))
+                        use_bias=c.qkv_bias, **kw, lora=projection_lora(c, "k_proj"))
     self.v_proj = Dense(c.hidden_size, c.num_kv_heads * c.head_dim, axes=("embed", "kv"),
-                        use_bias=c.qkv_bias, **kw, **lora_kwargs(c, "v_proj"))
+                        use_bias=c.qkv_bias, **kw, lora=projection_lora(c, "v_proj"))
     self.o_proj = Dense(c.num_heads * c.head_dim, c.hidden_size, axes=("heads", "embed"), **kw,
-                        **lora_kwargs(c, "o_proj"))
+                        lora=projection_lora(c, "o_proj"))
     norm_kw = dict(eps=c.rms_norm_eps, dtype=c.dtype, param_dtype=c.param_dtype, rngs=rngs)
     self.q_norm = RMSNorm(c.head_dim, **norm_kw) if c.qk_norm else None
     self.k_norm = RMSNorm(c.head_dim, **norm_kw) if c.qk_norm else None
@@ -388,11 +386,11 @@ class SwiGLU(nnx.Module):
     c = config
     kw = dict(dtype=c.dtype, param_dtype=c.param_dtype, rngs=rngs)
     self.gate_proj = Dense(c.hidden_size, c.intermediate_size, axes=("embed", "mlp"), **kw,
-                           **lora_kwargs(c, "gate_proj"))
+                           lora=projection_lora(c, "gate_proj"))
     self.up_proj = Dense(c.hidden_size, c.intermediate_size, axes=("embed", "mlp"), **kw,
-                         **lora_kwargs(c, "up_proj"))
+                         lora=projection_lora(c, "up_proj"))
     self.down_proj = Dense(c.intermediate_size, c.hidden_size, axes=("mlp", "embed"), **kw,
-                           **lora_kwargs(c, "down_proj"))
+                           lora=projection_lora(c, "down_proj"))
 
   def __call__(self, x: jax.Array) -> jax.Array:
     return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))

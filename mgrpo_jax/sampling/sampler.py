@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -179,17 +179,16 @@ class Sampler:
     eos = np.full((c.max_eos_ids,), -1, np.int32)
     eos[:len(self.eos_ids)] = self.eos_ids
     filtering = params.top_k > 0 or params.top_p < 1.0
-    scalars = dict(
+    self._programs.add((batch, prompt_len, gen_len, filtering))
+    program = _Program(self._graphdef, decode_windows(gen_len, c.decode_windows), filtering,
+                       self.pad_id)
+    knobs = _Knobs(
         max_new=np.int32(params.max_new_tokens), temperature=np.float32(params.temperature),
         top_k=np.int32(params.top_k), top_p=np.float32(params.top_p),
-        stop_on_eos=np.bool_(params.stop_on_eos),
         sampling_logprobs=np.bool_(params.logprobs == "sampling"))
-    self._programs.add((batch, prompt_len, gen_len, filtering))
-    windows = decode_windows(gen_len, c.decode_windows)
     out_tokens, out_lp, lengths, reasons = _generate(
-        nnx.state(self.model), tokens, start, active, key, stop_ids, stop_lens, eos,
-        graphdef=self._graphdef, windows=windows, filtering=filtering, pad_id=self.pad_id,
-        **scalars)
+        nnx.state(self.model), key, _Prompts(tokens, start, active),
+        _Stops(stop_ids, stop_lens, eos, np.bool_(params.stop_on_eos)), knobs, program=program)
     n, m = len(prompts), params.max_new_tokens
     return SampleOutput(
         tokens=np.asarray(out_tokens)[:n, :m], logprobs=np.asarray(out_lp)[:n, :m],
@@ -197,45 +196,87 @@ class Sampler:
         finish_reasons=[FINISH_REASONS[r] for r in np.asarray(reasons)[:n]])
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef", "windows", "filtering", "pad_id"))
-def _generate(state, tokens, start, active, key, stop_ids, stop_lens, eos, *, graphdef,
-              windows: tuple[int, ...], filtering: bool, pad_id: int, max_new, temperature,
-              top_k, top_p, stop_on_eos, sampling_logprobs):
+@dataclasses.dataclass(frozen=True)
+class _Program:
+  """What selects one compiled `_generate` (static, hashed into the jit cache key): the
+  model graph, the decode windows (`decode_windows`: the step counts g_1 < ... < G at
+  which the cache grows), whether top-k/top-p filtering is on, and the pad id."""
+
+  graphdef: nnx.GraphDef
+  windows: tuple[int, ...]
+  filtering: bool
+  pad_id: int
+
+
+class _Prompts(NamedTuple):
+  """The batch: tokens int32 [B, P] left-padded, start int32 [B] (each row's first
+  prompt slot), active bool [B] (False: batch padding)."""
+
+  tokens: jax.Array
+  start: jax.Array
+  active: jax.Array
+
+
+class _Stops(NamedTuple):
+  """What ends a row: stop sequences int32 [max_stop_sequences, max_stop_length] and
+  their lengths int32 [max_stop_sequences] (`stop.pack_stop_sequences`), EOS ids int32
+  [max_eos_ids] (-1: unused), and whether an EOS id ends a row (bool scalar)."""
+
+  ids: jax.Array
+  lengths: jax.Array
+  eos: jax.Array
+  on_eos: jax.Array
+
+
+class _Knobs(NamedTuple):
+  """The per-call scalars (traced: changing them reuses the program): max_new_tokens,
+  temperature, top_k, top_p, and whether log-probs are the sampled distribution's."""
+
+  max_new: jax.Array
+  temperature: jax.Array
+  top_k: jax.Array
+  top_p: jax.Array
+  sampling_logprobs: jax.Array
+
+
+@functools.partial(jax.jit, static_argnames=("program",))
+def _generate(state, key, prompts: _Prompts, stops: _Stops, knobs: _Knobs, *,
+              program: _Program):
   """The jitted program: prefill, then one while_loop of decode steps per cache window.
 
   Shared by all samplers of the same model graph (the compile cache is keyed on
-  graphdef and shapes). tokens int32 [B, P] left-padded; start int32 [B]; active bool
-  [B] (False: batch padding); windows: the step counts g_1 < ... < G at which the cache
-  grows (`decode_windows`); returns tokens, logprobs [B, G], lengths, reasons [B].
+  `program` and shapes). Returns tokens, logprobs [B, G], lengths, reasons [B].
   """
-  model = nnx.merge(graphdef, state)
+  model = nnx.merge(program.graphdef, state)
+  tokens, windows, pad_id = prompts.tokens, program.windows, program.pad_id
   batch, prompt_len = tokens.shape
   gen_len = windows[-1]
-  cache = init_cache(model.config, batch, prompt_len + windows[0], start)
+  cache = init_cache(model.config, batch, prompt_len + windows[0], prompts.start)
   logits, cache = model.forward_cached(tokens, cache, last_only=True)
-  width = stop_ids.shape[1]
+  width = stops.ids.shape[1]
   init = dict(
       step=jnp.zeros((), jnp.int32), cache=cache, logits=logits[:, 0],
       tokens=jnp.full((batch, gen_len), pad_id, jnp.int32),
       logprobs=jnp.zeros((batch, gen_len), jnp.float32),
-      lengths=jnp.zeros((batch,), jnp.int32), done=~active,
+      lengths=jnp.zeros((batch,), jnp.int32), done=~prompts.active,
       reasons=jnp.zeros((batch,), jnp.int32),
       tail=jnp.full((batch, width), -1, jnp.int32))
 
   def cond(s):
-    return (s["step"] < max_new) & ~jnp.all(s["done"])
+    return (s["step"] < knobs.max_new) & ~jnp.all(s["done"])
 
   def body(s):
     step, done = s["step"], s["done"]
-    ids, sampled_lp = choose_tokens(jax.random.fold_in(key, step), s["logits"], temperature,
-                                    top_k, top_p, filtering)
+    ids, sampled_lp = choose_tokens(jax.random.fold_in(key, step), s["logits"],
+                                    knobs.temperature, knobs.top_k, knobs.top_p,
+                                    program.filtering)
     model_lp = logprobs_from_logits(s["logits"], ids)
-    lp = jnp.where(sampling_logprobs, sampled_lp, model_lp)
+    lp = jnp.where(knobs.sampling_logprobs, sampled_lp, model_lp)
     ids = jnp.where(done, pad_id, ids)
     lp = jnp.where(done, 0.0, lp)
     tail = jnp.concatenate([s["tail"][:, 1:], ids[:, None]], axis=1)
-    hit_eos = stop_on_eos & jnp.any(ids[:, None] == eos[None, :], axis=-1)
-    hit_stop = stop_hits(tail, stop_ids, stop_lens)
+    hit_eos = stops.on_eos & jnp.any(ids[:, None] == stops.eos[None, :], axis=-1)
+    hit_stop = stop_hits(tail, stops.ids, stops.lengths)
     newly = ~done & (hit_eos | hit_stop)
     reasons = jnp.where(newly, jnp.where(hit_eos, _EOS, _STOP), s["reasons"])
     new_logits, new_cache = model.forward_cached(ids[:, None], s["cache"])
@@ -250,5 +291,5 @@ def _generate(state, tokens, start, active, key, stop_ids, stop_lens, eos, *, gr
   for end in windows:
     final = dict(final, cache=extend_cache(final["cache"], prompt_len + end))
     final = jax.lax.while_loop(lambda s, end=end: cond(s) & (s["step"] < end), body, final)
-  reasons = jnp.where(active & ~final["done"], _LENGTH, final["reasons"])
+  reasons = jnp.where(prompts.active & ~final["done"], _LENGTH, final["reasons"])
   return final["tokens"], final["logprobs"], final["lengths"], reasons

@@ -17,7 +17,7 @@ from mgrpo_jax.scale import distributed
 from mgrpo_jax.training.paths import RunPaths
 
 
-class _NoMetrics:
+class NoMetrics:
   """The metrics writer of processes other than 0: writes nothing."""
 
   def write(self, step: int, scalars: dict[str, float], *, provisional: bool = False) -> None:
@@ -27,10 +27,10 @@ class _NoMetrics:
     pass
 
 
-def metrics_writer(paths: RunPaths, slice_name: str, config) -> MetricsWriter | _NoMetrics:
+def metrics_writer(paths: RunPaths, slice_name: str, config) -> MetricsWriter | NoMetrics:
   """The slice's metrics.jsonl / TensorBoard (/ W&B) writer on process 0; a no-op elsewhere."""
   if not distributed.is_writer():
-    return _NoMetrics()
+    return NoMetrics()
   wandb = config.logging.wandb
   wandb_run = WandbRun(
       paths.logs(slice_name), project=str(wandb.project), entity=str(wandb.entity),

@@ -41,23 +41,18 @@ from typing import Any, Protocol
 
 from flax import nnx
 
-from mgrpo_jax.agents import specs
-from mgrpo_jax.agents.config import RolloutConfig
-from mgrpo_jax.agents.policy import Policy, SamplerPolicy
+from mgrpo_jax.agents.policy import SamplerPolicy
 from mgrpo_jax.agents.records import SubRecord
 from mgrpo_jax.agents.sub_client import (
   InProcessSubAgentClient,
   SubAgentResult,
   SubTaskRequest,
-  Summarizer,
 )
 from mgrpo_jax.serving import messages
 from mgrpo_jax.serving.messages import TASK_FIELDS, TASKS_FIELD, BadRequest
 from mgrpo_jax.serving.proto import sub_agent_pb2 as pb
 from mgrpo_jax.serving.rpc import Method, RpcServer, ServerLimits
 from mgrpo_jax.serving.tls import ServerTls
-from mgrpo_jax.text import Tokenizer
-from mgrpo_jax.tools import ToolRegistry
 
 Arrival = tuple[int, int]  # (delegation batch of the step, position in the batch)
 SEED_RANGE = 2**32  # jax.random.key takes a 32-bit seed
@@ -197,22 +192,27 @@ def _conflict(stored: tuple[Arrival, SubRecord], task: SubTaskRequest,
 class SubAgentService:
   """S's side of delegations (see the module docstring)."""
 
-  def __init__(self, policy: SamplerPolicy, graphdef: nnx.GraphDef, tokenizer: Tokenizer,
-               registry: ToolRegistry, config: RolloutConfig, versions: WeightVersions,
-               cache: RecordCache, gate: RequestGate, *, summarizer: Summarizer | None = None,
-               spec: specs.AgentSpec = specs.SUB,
-               after_persist: Callable[[int], None] | None = None,
-               rollout_policy: Policy | None = None):
-    """`policy` holds S's weights (swapped per version); rollouts sample with
-    `rollout_policy` (default: `policy`; a wrapper around it, e.g. in tests)."""
+  def __init__(self, policy: SamplerPolicy, graphdef: nnx.GraphDef,
+               client: InProcessSubAgentClient, versions: WeightVersions, cache: RecordCache,
+               gate: RequestGate, *, after_persist: Callable[[int], None] | None = None):
+    """Args:
+      policy: holds S's weights: its sampler's model is set to `versions`' params of the
+        requested version (merged with `graphdef`) before each batch runs.
+      graphdef: S's model graph.
+      client: S's lockstep loop (its tokenizer, tools, limits, spec and summarizer),
+        sampling with `policy` or a wrapper around it (e.g. in tests).
+      versions: the published versions of S's parameters.
+      cache: where the step's records are stored before the reply.
+      gate: what the service refuses.
+      after_persist: called with the step after a batch's records are stored.
+    """
     self._policy = policy
     self._graphdef = graphdef
     self._versions = versions
     self._cache = cache
     self._gate = gate
     self._after_persist = after_persist
-    self._client = InProcessSubAgentClient(rollout_policy or policy, tokenizer, registry, config,
-                                           summarizer=summarizer, spec=spec)
+    self._client = client
     self._lock = threading.Lock()
 
   def run_subtasks(self, request: pb.RunSubtasksRequest) -> pb.RunSubtasksReply:

@@ -29,6 +29,7 @@ the most to learn.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import pathlib
 
@@ -140,16 +141,19 @@ def success_rates(config, root: pathlib.Path, tasks, sources: dict[str, held_out
   if mode.sub_agent:
     sub = main if mode.shared else held_out.load_agent(config, "sub", root, sources["sub"])
   main_spec, sub_spec = agent_setup.agent_specs(config)
+  setup = held_out.EvalSetup(mode=mode, registry=tasks.registry,
+                             rollout_config=agent_setup.rollout_config(config),
+                             questions=tasks.questions, main_spec=main_spec,
+                             sub_spec=sub_spec, rendering=world_rendering(config))
   samples = int(config.curriculum.success_samples)
   rollouts = int(config.mgrpo.queries_per_step) * int(config.mgrpo.rollouts_per_query)
   chunk = max(1, rollouts // samples)
   outcomes: dict[str, list[float]] = {q.id: [] for q in tasks.questions}
   for start in range(0, len(tasks.questions), chunk):
     result = held_out.evaluate(
-        mode, main, sub, tasks.registry, agent_setup.rollout_config(config),
-        tasks.questions[start:start + chunk], samples=samples,
-        key=agent_setup.derive_seed(int(config.experiment.seed), "stage2_selection", start),
-        main_spec=main_spec, sub_spec=sub_spec, rendering=world_rendering(config))
+        dataclasses.replace(setup, questions=tasks.questions[start:start + chunk]), main, sub,
+        samples=samples,
+        key=agent_setup.derive_seed(int(config.experiment.seed), "stage2_selection", start))
     for record in result.main:
       outcomes[record.query_id].append(float(record.correct))
   return {qid: float(np.mean(values)) for qid, values in outcomes.items()}

@@ -13,7 +13,7 @@ Step t (B queries, K rollouts each):
   5. A_M over each query's K rollouts, rows padded to T = `limits.max_context` (one
      compiled update for the whole run), one update of M (in shared_policy, M's rows and
      the aligned S rows of the step in ONE batch of the one policy), the step's
-     provisional metrics line (`SliceRuntime.record_before_commit`), checkpoint M
+     provisional metrics line (`StepLog.record_before_commit`), checkpoint M
      (params, optimizer, step, PRNG, data iterator, policy version), ack_main(t),
      retire the step cache (`step_cache.py`); metrics and a progress line.
 
@@ -37,11 +37,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Callable
 
 import jax
 import numpy as np
 
-from mgrpo_jax import plugins
 from mgrpo_jax.agents.controller import RolloutController
 from mgrpo_jax.agents.modes import Agent, make_controller
 from mgrpo_jax.agents.scoring import score
@@ -147,13 +147,14 @@ def run_main_slice(config, workdir: str) -> None:
   policy = rt.sampler_policy(version=start)
   client = (_CrashAfterBatch(remote_client(config, rt.paths, rt.files)) if mode.decoupled
             else None)
-  controller = _controller(rt, policy, client)
-  answer_judge = ExactMatchJudge()
   expert_judge = rt.expert_judge if mode.sub_agent else None
-  share = (distributed.rollout_queries(
-      batch_shardings(rt.layout, settings.num_queries * settings.num_rollouts).advantages,
-      settings.num_queries, settings.num_rollouts) if multi_host() else slice(None))
-  rt.start_metrics()
+  sampling = _Sampling(
+      _controller(rt, policy, client), ExactMatchJudge(),
+      expert_judge if mode.shared else None,
+      distributed.rollout_queries(
+          batch_shardings(rt.layout, settings.num_queries * settings.num_rollouts).advantages,
+          settings.num_queries, settings.num_rollouts) if multi_host() else slice(None))
+  rt.step_log.start()
   log(f"main slice: mode={mode.name} {describe_steps(start, settings.num_steps)} "
       f"B={settings.num_queries} K={settings.num_rollouts} store={rt.paths.store_uri}")
 
@@ -161,9 +162,7 @@ def run_main_slice(config, workdir: str) -> None:
     timer = Timer()
     if client is not None:
       _wait_for_sub(rt, client, step, timer)
-    rollouts = _rollouts(step, stream.next_batch(), rt.cache, controller,
-                         settings.num_rollouts, settings.seed, answer_judge,
-                         expert_judge if mode.shared else None, timer, share)
+    rollouts = _rollouts(rt, step, stream.next_batch(), sampling, timer)
     outcome = _MainOutcome.of(rollouts, settings)
     record = outcome.record(settings.run_id, step)
     rt.put(record.key, record.to_bytes(), timer)
@@ -176,7 +175,7 @@ def run_main_slice(config, workdir: str) -> None:
     scalars.update({f"main/update/{k}": v for k, v in metrics.items()})
     scalars.update(rollouts.stats)
     throughput = _throughput(rollouts, metrics, timer)  # phases the commit does not touch
-    rt.record_before_commit(step, scalars, timer, throughput)
+    rt.step_log.record_before_commit(step, scalars, timer, throughput)
     rt.checkpoint(timer, {"steps_done": step + 1, "data_iterator": stream.get_state(),
                           "policy_version": step + 1})
     crash_point("main", "checkpoint", step)
@@ -185,7 +184,7 @@ def run_main_slice(config, workdir: str) -> None:
     if rt.is_writer and step_pages.page_due(config, step):
       with timer("page"):
         _write_page(rt, step, rollouts, outcome, expert_judge)
-    rt.report(step, scalars, timer, throughput, {
+    rt.step_log.report(step, scalars, timer, throughput, {
         "main/reward": scalars["main/reward_mean"], "loss": metrics["loss"],
         "sub_calls": scalars["main/sub_calls_mean"]})
   rt.close()
@@ -221,21 +220,17 @@ def _wait_for_sub(rt: SliceRuntime, client: _CrashAfterBatch, step: int,
 
 
 @dataclasses.dataclass(frozen=True)
-class _MainOutcome:
-  """A step's [B, K] grid of M's outcomes, R_M and A_M."""
+class _MainOutcome(step_math.MainStep):
+  """A step's [B, K] grid of M's outcomes, R_M and A_M, and the digest of every S call M
+  received."""
 
-  query_ids: list[str]
-  grid: dict[str, np.ndarray]
-  reward: np.ndarray
-  advantage: np.ndarray
   sub_calls: dict[tuple[str, int, int], str]
 
   @classmethod
   def of(cls, rollouts: _Rollouts, settings: StepSettings) -> _MainOutcome:
-    grid = step_math.main_grid(rollouts.main, rollouts.query_ids, settings.num_rollouts)
-    reward = plugins.main_rewards(grid["format_ok"], grid["correct"], settings.weights)
-    return cls(rollouts.query_ids, grid, reward,
-               step_math.main_advantages(reward, settings.advantage), rollouts.sub_calls)
+    main = step_math.MainStep.score(rollouts.main, rollouts.query_ids, settings.num_rollouts,
+                                    settings.credit)
+    return cls(main.query_ids, main.grid, main.reward, main.advantage, rollouts.sub_calls)
 
   def record(self, run_id: str, step: int) -> MainOutcomes:
     """outcomes(t), the store record the sub slice trains S from: each rollout names the
@@ -261,12 +256,8 @@ class _MainOutcome:
 def _write_page(rt: SliceRuntime, step: int, rollouts: _Rollouts, outcome: _MainOutcome,
                 expert_judge) -> None:
   """Step t's trajectory page (`slices.step_pages`)."""
-  settings = rt.settings
-  step_pages.write_step_page(
-      rt.config, rt.paths, rt.mode, step, rollouts.query_ids, rollouts.main,
-      rollouts.served, {q.id: q for q in rt.questions}, expert_judge, grid=outcome.grid,
-      main_reward=outcome.reward, main_advantage=outcome.advantage,
-      weights=settings.weights, advantage=settings.advantage)
+  step_pages.write_step_page(rt.config, rt.paths, rt.mode, step, outcome, rollouts.main,
+                             rollouts.served, step_math.Scoring.of(rt.questions, expert_judge))
 
 
 def _main_batch(rt: SliceRuntime, step: int, rollouts: _Rollouts,
@@ -277,7 +268,7 @@ def _main_batch(rt: SliceRuntime, step: int, rollouts: _Rollouts,
                          buckets=rt.buckets)
   scalars = {}
   if rt.mode.shared:
-    sub_step = _shared_sub_step(rollouts, outcome.grid, outcome.reward, rt, step)
+    sub_step = _shared_sub_step(rt, step, rollouts, outcome)
     scalars.update(step_math.sub_step_scalars(sub_step))
     scalars["shared/main_tokens"] = float(batch.loss_mask.sum())
     scalars["shared/sub_tokens"] = float(sub_step.batch.loss_mask.sum(axis=1)
@@ -302,13 +293,26 @@ def _throughput(rollouts: _Rollouts, metrics: dict[str, float],
   return throughput
 
 
-def _rollouts(step, queries, cache, controller, num_rollouts, seed, answer_judge,
-              expert_judge, timer, share: slice) -> _Rollouts:
+@dataclasses.dataclass(frozen=True)
+class _Sampling:
+  """How this process samples a step: the mode's rollout controller, the judges that
+  score its records (r_expert only where M's slice trains S, shared_policy), and `share`:
+  the queries this process samples (all of them with one process)."""
+
+  controller: RolloutController
+  answer_judge: ExactMatchJudge
+  expert_judge: Callable[..., float] | None
+  share: slice
+
+
+def _rollouts(rt: SliceRuntime, step: int, queries, sampling: _Sampling,
+              timer: Timer) -> _Rollouts:
   """Step t's scored rollouts: from the write-ahead cache, else sampled and cached.
 
-  `share`: the queries this process samples (all of them with one process); the records
-  of all processes are gathered on every process before the cache is written.
+  The records of all processes (each sampled its `sampling.share`) are gathered on every
+  process before the cache is written.
   """
+  cache, seed = rt.cache, rt.settings.seed
   query_ids = [q.id for q in queries]
   cached = _load_cache(cache, step)
   stats = {}
@@ -320,16 +324,17 @@ def _rollouts(step, queries, cache, controller, num_rollouts, seed, answer_judge
                        f"reads {query_ids}: the data or the seed changed since the crash")
     stats["main/from_cache"] = 1.0
   else:
-    mine = queries[share]
+    mine = queries[sampling.share]
     key = agent_setup.step_key(seed, "rollout", step)
     if multi_host():  # independent sampling streams per process
       key = jax.random.fold_in(key, jax.process_index())
     with timer("rollout"):
-      out = controller.run(mine, num_rollouts, key)
+      out = sampling.controller.run(mine, rt.settings.num_rollouts, key)
     timer.seconds["sub_calls"] = out.stats.sub_s
+    expert_judge = sampling.expert_judge
     with timer("scoring"):
       main, sub = score(out.main, out.sub if expert_judge is not None else [], mine,
-                        answer_judge, expert_judge)
+                        sampling.answer_judge, expert_judge)
     sub_tokens = _sampled_tokens(out.sub)
     served = list(out.sub)
     sub_calls = {r.key: r.digest() for r in out.sub}
@@ -377,15 +382,13 @@ def _gather_rollouts(step, query_ids, main, sub, sub_calls, sub_tokens):
   return all_main, all_sub, all_calls, all_tokens
 
 
-def _shared_sub_step(rollouts, grid, r_main, rt: SliceRuntime, step):
+def _shared_sub_step(rt: SliceRuntime, step: int, rollouts: _Rollouts,
+                     outcome: _MainOutcome) -> step_math.SubStep:
   """shared_policy: the step's S calls aligned to D slots, for the one policy's batch."""
-  config = rt.config
+  grid = outcome.grid
   indexed = step_math.index_sub_records(rollouts.sub, rollouts.query_ids,
                                         grid["num_sub_calls"])
   return step_math.aligned_sub_step(
-      indexed, r_main, grid["correct"], grid["num_sub_calls"],
-      num_slots=int(config.mgrpo.aligned_sub_calls),
-      key=agent_setup.step_key(int(config.experiment.seed), "align", step),
-      mode=str(config.mgrpo.alignment), weights=rt.settings.weights,
-      advantage=rt.settings.advantage, pad_id=rt.pad_id, buckets=rt.buckets,
-      row_buckets=rt.sub_row_buckets)
+      indexed, outcome.reward, grid["correct"], grid["num_sub_calls"],
+      alignment=step_math.SlotAlignment.of_step(rt.config, step),
+      credit=rt.settings.credit, packing=rt.sub_packing)

@@ -3,62 +3,51 @@
 A slice's loop (`main_slice.py`, `sub_slice.py`) is the step protocol of
 docs/ALGORITHM.md; everything it stands on is here: the step's settings, the run's
 folders, files and store, the world's questions and tools, the agent's model, train
-state, checkpointer and write-ahead cache (in the workdir), its update,
-acknowledgements, and the metrics and progress line of a step (written locally; with a
-`gs://` workdir copied to it after every written step, `log_mirror.py`). With several
-processes, process 0 alone writes (store records, caches, metrics, log lines);
-checkpoint saves and restores are collective.
+state, checkpointer and write-ahead cache (in the workdir), its update and
+acknowledgements; what it records of each step, its metrics and console line, is its
+`StepLog` (`step_log.py`). With several processes, process 0 alone writes (store
+records, caches, metrics, log lines); checkpoint saves and restores are collective.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import pathlib
+from collections.abc import Callable
 from typing import Any
 
+import jax
+import ml_collections
 import numpy as np
 
 from mgrpo_jax.config.modes import Mode, parse_mode
-from mgrpo_jax.core.rewards import RewardWeights
-from mgrpo_jax.metrics import format_progress, format_step
 from mgrpo_jax.sampling.buckets import doubling_lengths
 from mgrpo_jax.scale import distributed
 from mgrpo_jax.scale.multihost import device_batch, rollout_model
-from mgrpo_jax.scale.writers import is_verbose, log, metrics_writer
+from mgrpo_jax.scale.writers import log
 from mgrpo_jax.slices import step_math
-from mgrpo_jax.slices.common import Timer, check_config, metrics_due, open_run_store
-from mgrpo_jax.slices.log_mirror import LogMirror
+from mgrpo_jax.slices.common import Timer, check_config, open_run_store
 from mgrpo_jax.slices.step_cache import MainStepCache, SubStepCache
+from mgrpo_jax.slices.step_log import StepLog
 from mgrpo_jax.store.folder import Folder, open_folder
 from mgrpo_jax.store.protocol import Store
 from mgrpo_jax.store.schema import SliceAck
+from mgrpo_jax.tasks.questions import Question
+from mgrpo_jax.text import Tokenizer
+from mgrpo_jax.tools import TaskRoutedRegistry, ToolRegistry
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.batching import TrainBatch, row_buckets
 from mgrpo_jax.training.checkpoint import AgentCheckpointer, CheckpointConfig
 from mgrpo_jax.training.data import ensure_world
 from mgrpo_jax.training.optimizer import learning_rate_schedule
 from mgrpo_jax.training.paths import RunPaths
+from mgrpo_jax.training.train_state import TrainState
 from mgrpo_jax.training.train_worlds import training_tasks
 from mgrpo_jax.training.update import make_update_fn
 
 _CACHES = {"main": MainStepCache, "sub": SubStepCache}
-# (label, metric) of the numbers a step's default console line shows, per slice, where
-# the step has them; metrics.jsonl holds them all.
-HEADLINE = {"main": (("R_M", "main/reward_mean"), ("correct", "main/correct_mean"),
-                     ("format", "main/format_ok_mean"), ("sub-calls", "main/sub_calls_mean")),
-            "sub": (("R_S", "sub/reward_mean"), ("calls", "sub/calls"))}
-
-
-def step_line(role: str, step: int, num_steps: int, scalars: dict[str, float], timer: Timer,
-              throughput: dict[str, float], progress: dict[str, float]) -> str:
-  """The console line of the `role` slice's step `step` (0-based): its `HEADLINE`
-  numbers and wall seconds (`metrics.format_step`); with `--verbose`
-  (`writers.is_verbose`) the full line: `progress`, every phase's seconds and the
-  throughputs (`metrics.format_progress`)."""
-  if is_verbose():
-    return format_progress(step + 1, num_steps, progress, timer.seconds, throughput)
-  headline = {label: scalars[key] for label, key in HEADLINE[role] if key in scalars}
-  return format_step(step + 1, num_steps, headline, timer.elapsed())
+# An agent's compiled update: (state, batch, *, has_tokens) -> (state, metrics).
+_Update = Callable[..., tuple[TrainState, dict[str, jax.Array]]]
 
 
 def train_lengths(limits: Any) -> tuple[int, ...]:
@@ -82,8 +71,7 @@ class StepSettings:
   num_slots: int  # D
   staleness: int
   wait_timeout_s: float
-  weights: RewardWeights
-  advantage: step_math.AdvantageConfig
+  credit: step_math.CreditConfig
 
   @classmethod
   def from_config(cls, config) -> StepSettings:
@@ -94,9 +82,7 @@ class StepSettings:
                num_rollouts=int(mgrpo.rollouts_per_query),
                num_slots=int(mgrpo.aligned_sub_calls), staleness=int(mgrpo.staleness),
                wait_timeout_s=float(config.store.wait_timeout_s),
-               weights=RewardWeights.from_config(config.rewards),
-               advantage=step_math.AdvantageConfig(std=str(mgrpo.advantage_std),
-                                                   eps=float(mgrpo.advantage_eps)))
+               credit=step_math.CreditConfig.from_config(config))
 
 
 @dataclasses.dataclass
@@ -104,23 +90,22 @@ class SliceRuntime:
   """One slice's agent (`role`) and the run around it (module docstring)."""
 
   role: str
-  config: Any
+  config: ml_collections.ConfigDict
   mode: Mode
   settings: StepSettings
   paths: RunPaths
   store: Store
   files: Folder  # the workdir's replaceable files (caches, the service address, logs)
   world_path: pathlib.Path
-  questions: list
-  registry: Any
-  expert_judge: Any  # r_expert of S's reports, by the question's world
-  tokenizer: Any
+  questions: list[Question]
+  registry: ToolRegistry | TaskRoutedRegistry
+  expert_judge: Callable[..., float]  # r_expert of S's reports, by the question's world
+  tokenizer: Tokenizer
   trainer: agent_setup.AgentTrainer
   checkpointer: AgentCheckpointer
   cache: MainStepCache | SubStepCache
-  writer: Any = None  # the metrics writer, from `start_metrics`
-  log_mirror: LogMirror | None = None  # with a gs:// workdir, from `start_metrics`
-  _updates: dict[int, Any] = dataclasses.field(default_factory=dict)
+  step_log: StepLog  # the step's metrics, console line and log mirror
+  _updates: dict[int, _Update] = dataclasses.field(default_factory=dict)
 
   @property
   def layout(self):
@@ -148,6 +133,13 @@ class SliceRuntime:
     settings = self.settings
     slots = settings.num_queries * settings.num_rollouts * settings.num_slots
     return row_buckets(slots, int(self.config[self.role].optim.micro_batch_size) or 1)
+
+  @property
+  def sub_packing(self) -> step_math.Packing:
+    """How the S batches this agent trains on are packed: its pad id, `buckets` and
+    `sub_row_buckets`."""
+    return step_math.Packing(pad_id=self.pad_id, buckets=self.buckets,
+                             row_buckets=self.sub_row_buckets)
 
   def restore(self) -> dict[str, Any] | None:
     """Restores the newest checkpoint into the train state; its metadata, or None."""
@@ -216,47 +208,10 @@ class SliceRuntime:
     if self.is_writer:
       self.cache.retire(step)
 
-  def start_metrics(self) -> None:
-    """Opens the slice's metrics writer (metrics.jsonl, TensorBoard, W&B), with a
-    `gs://` workdir after fetching the run's logs this machine lacks."""
-    if self.paths.remote and self.is_writer:
-      self.log_mirror = LogMirror(self.paths.logs(self.role),
-                                  self.files.child(self.paths.logs_name(self.role)))
-      self.log_mirror.restore()
-    self.writer = metrics_writer(self.paths, self.role, self.config)
-
-  def record_before_commit(self, step: int, scalars: dict[str, float], timer: Timer,
-                           throughput: dict[str, float]) -> None:
-    """The step's metrics so far as a provisional line (metrics.jsonl, mirrored), written
-    before the step's checkpoint and ack: a process killed after those and before `report`
-    resumes past the step, whose line would otherwise be lost."""
-    self._write_metrics(step, dict(scalars), timer, throughput, provisional=True)
-
-  def report(self, step: int, scalars: dict[str, float], timer: Timer,
-             throughput: dict[str, float], progress: dict[str, float]) -> None:
-    """The step's metrics (with its phase times and throughputs; `logging.every`) and
-    its console line (`step_line`)."""
-    self._write_metrics(step, scalars, timer, throughput, provisional=False)
-    log(step_line(self.role, step, self.settings.num_steps, scalars, timer, throughput,
-                  progress))
-
-  def _write_metrics(self, step: int, scalars: dict[str, float], timer: Timer,
-                     throughput: dict[str, float], *, provisional: bool) -> None:
-    for phase, seconds in timer.seconds.items():
-      scalars[f"time/{phase}_s"] = seconds
-    scalars.update({f"throughput/{k}_tokens_per_s": v for k, v in throughput.items()})
-    if metrics_due(self.config, step):
-      self.writer.write(step, scalars, provisional=provisional)
-      if self.log_mirror is not None:
-        self.log_mirror.sync()
-
   def close(self) -> None:
-    """Closes the metrics writer (copying the logs a last time) and waits for the
+    """Closes the step log (copying the logs a last time) and waits for the
     checkpointer's pending saves."""
-    if self.writer is not None:
-      self.writer.close()
-    if self.log_mirror is not None:
-      self.log_mirror.sync()
+    self.step_log.close()
     self.checkpointer.close()
 
 
@@ -279,4 +234,5 @@ def open_runtime(config, workdir: str, role: str) -> SliceRuntime:
       expert_judge=tasks.expert_judge, tokenizer=tokenizer,
       trainer=trainer, checkpointer=checkpointer,
       cache=_CACHES[role](files.child(paths.cache_name(role)),
-                          checkpoints_kept=int(config.checkpoint.keep)))
+                          checkpoints_kept=int(config.checkpoint.keep)),
+      step_log=StepLog(role, config, paths, files))

@@ -21,12 +21,18 @@ carried over to the next step, so each step's batch is a function of that step a
 code's FIFO): S trains on the N oldest calls of a FIFO that every step's calls join after
 its own update (`sub_queue.py`), groups of G consecutive calls normalized together:
 `queued_sub_step`.
+
+What a step's functions share travels as small frozen objects: `CreditConfig` (the reward
+weights and the normalization), `SlotAlignment` (D, the alignment mode, the step's key),
+`Packing` (the pad id, the row lengths and row counts of S's batch), `MainStep` (M's
+side: the [Q, K] grid, R_M, A_M) and `Scoring` (the questions and r_expert).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import jax
 import numpy as np
@@ -37,6 +43,7 @@ from mgrpo_jax.core import advantages as advantages_lib
 from mgrpo_jax.core import alignment as alignment_lib
 from mgrpo_jax.core.rewards import RewardWeights
 from mgrpo_jax.sampling.buckets import pick_bucket
+from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.batching import (
   DEFAULT_LENGTH_BUCKETS,
   TokenSequence,
@@ -52,6 +59,75 @@ class AdvantageConfig:
 
   std: str = "population"
   eps: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CreditConfig:
+  """How a step's credit is computed: the reward weights (alpha_1, alpha_2 of R_M;
+  beta_1..3 of R_S) and the group normalization of A_M and A_S."""
+
+  weights: RewardWeights
+  advantage: AdvantageConfig
+
+  @classmethod
+  def from_config(cls, config: Any) -> CreditConfig:
+    """The run's (keys `rewards.*`, `mgrpo.advantage_std`, `mgrpo.advantage_eps`)."""
+    mgrpo = config.mgrpo
+    return cls(weights=RewardWeights.from_config(config.rewards),
+               advantage=AdvantageConfig(std=str(mgrpo.advantage_std),
+                                         eps=float(mgrpo.advantage_eps)))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SlotAlignment:
+  """S's alignment of one step's calls to D slots (paper section 4, `core.alignment`).
+
+  Attributes:
+    num_slots: D, slots per rollout.
+    mode: "duplicate_drop" or "mask".
+    key: the step's alignment key (which calls are duplicated or dropped).
+  """
+
+  num_slots: int
+  mode: str
+  key: jax.Array
+
+  @classmethod
+  def of_step(cls, config: Any, step: int) -> SlotAlignment:
+    """Step t's alignment in the run `config` (`mgrpo.aligned_sub_calls`,
+    `mgrpo.alignment`, the key from (experiment.seed, t)): the same in both slices."""
+    return cls(num_slots=int(config.mgrpo.aligned_sub_calls),
+               mode=str(config.mgrpo.alignment),
+               key=agent_setup.step_key(int(config.experiment.seed), "align", step))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Packing:
+  """How S's rows become its [N, T] batch (`batching.pack_sequences`, `aligned_batch`).
+
+  Attributes:
+    pad_id: the id of padding tokens.
+    buckets: the row lengths T a batch may be padded to.
+    row_buckets: the row counts N a batch may have (None: N is every slot, or row).
+  """
+
+  pad_id: int
+  buckets: Sequence[int] = DEFAULT_LENGTH_BUCKETS
+  row_buckets: Sequence[int] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Scoring:
+  """What S's reports are scored with: the training questions by id and r_expert
+  (`judge(question, subtask, report)`; None: S's records are left unscored)."""
+
+  questions: Mapping[str, Any]
+  judge: Callable[..., float] | None
+
+  @classmethod
+  def of(cls, questions: Sequence[Any], judge: Callable[..., float] | None) -> Scoring:
+    """From the questions themselves (objects with an `id`)."""
+    return cls({q.id: q for q in questions}, judge)
 
 
 def token_sequence(trajectory: Trajectory) -> TokenSequence:
@@ -91,6 +167,31 @@ def main_advantages(rewards: np.ndarray, config: AdvantageConfig) -> np.ndarray:
   """A_M float32 [Q, K]: R_M normalized over each query's K rollouts."""
   return np.asarray(advantages_lib.group_normalize(rewards, std=config.std, eps=config.eps),
                     np.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class MainStep:
+  """M's side of one step's credit.
+
+  Attributes:
+    query_ids: the step's Q queries.
+    grid: `main_grid`'s [Q, K] arrays (format_ok, correct, num_sub_calls, ...).
+    reward: R_M float32 [Q, K].
+    advantage: A_M float32 [Q, K].
+  """
+
+  query_ids: list[str]
+  grid: dict[str, np.ndarray]
+  reward: np.ndarray
+  advantage: np.ndarray
+
+  @classmethod
+  def score(cls, records: Sequence[MainRecord], query_ids: Sequence[str], num_rollouts: int,
+            credit: CreditConfig) -> MainStep:
+    """R_M (`plugins.main_rewards`) and A_M of the step's scored M records."""
+    grid = main_grid(records, query_ids, num_rollouts)
+    reward = plugins.main_rewards(grid["format_ok"], grid["correct"], credit.weights)
+    return cls(list(query_ids), grid, reward, main_advantages(reward, credit.advantage))
 
 
 def received_calls(arrived: Sequence[tuple[tuple[int, int], SubRecord]],
@@ -187,22 +288,24 @@ class SubCredit:
 
 
 def sub_credit(records: Mapping[tuple[int, int, int], SubRecord], main_reward: np.ndarray,
-               correct: np.ndarray, counts: np.ndarray, *, num_slots: int, key: jax.Array,
-               mode: str, weights: RewardWeights, advantage: AdvantageConfig) -> SubCredit:
+               correct: np.ndarray, counts: np.ndarray, *, alignment: SlotAlignment,
+               credit: CreditConfig) -> SubCredit:
   """The paper's S credit: align calls to D slots, normalize per query (module docstring).
 
   Args:
     records: scored S calls keyed (q, k, i) (`index_sub_records`).
     main_reward: R_M float [Q, K]; correct: correct_M [Q, K]; counts: d_k int [Q, K].
-    num_slots: D. key: the step's alignment key. mode: "duplicate_drop" or "mask".
+    alignment: D, the alignment mode and the step's key.
+    credit: R_S's weights and the advantages' normalization.
   """
-  reward_of = sub_rewards(records, correct, weights)
-  index, valid = alignment_lib.align_indices(np.asarray(counts, np.int32), num_slots, key,
-                                             mode=mode)
+  reward_of = sub_rewards(records, correct, credit.weights)
+  index, valid = alignment_lib.align_indices(np.asarray(counts, np.int32), alignment.num_slots,
+                                             alignment.key, mode=alignment.mode)
   index, valid = np.asarray(index), np.asarray(valid)
   slot_rewards = np.zeros(index.shape, np.float32)
   for q, k, j in zip(*np.nonzero(valid), strict=True):
     slot_rewards[q, k, j] = reward_of[(int(q), int(k), int(index[q, k, j]))]
+  advantage = credit.advantage
   _, sub_adv = advantages_lib.mgrpo_advantages(main_reward, slot_rewards, valid,
                                                std=advantage.std, eps=advantage.eps)
   sub_adv = np.where(valid, np.asarray(sub_adv, np.float32), 0.0)
@@ -237,32 +340,30 @@ class SubStep:
 
 def aligned_sub_step(records: Mapping[tuple[int, int, int], SubRecord],
                      main_reward: np.ndarray, correct: np.ndarray, counts: np.ndarray, *,
-                     num_slots: int, key: jax.Array, mode: str, weights: RewardWeights,
-                     advantage: AdvantageConfig, pad_id: int,
-                     buckets: Sequence[int] = DEFAULT_LENGTH_BUCKETS,
-                     row_buckets: Sequence[int] | None = None) -> SubStep:
-  """`sub_credit`'s slots packed into S's batch (arguments: `sub_credit`; `row_buckets`:
-  `batching.aligned_batch`'s)."""
-  credit = sub_credit(records, main_reward, correct, counts, num_slots=num_slots, key=key,
-                      mode=mode, weights=weights, advantage=advantage)
-  sequences = {key_: token_sequence(r.trajectory) for key_, r in records.items()}
-  batch = aligned_batch(sequences, credit.index, credit.valid, credit.advantages,
-                        buckets=buckets, row_buckets=row_buckets, pad_id=pad_id)
-  return SubStep(batch, credit.rewards.reshape(-1), credit.advantages.reshape(-1),
-                 credit.valid.reshape(-1), len(records),
-                 np.array(list(credit.call_rewards.values()), np.float32))
+                     alignment: SlotAlignment, credit: CreditConfig,
+                     packing: Packing) -> SubStep:
+  """`sub_credit`'s slots packed into S's batch (arguments: `sub_credit`; `packing`'s
+  row buckets: `batching.aligned_batch`'s)."""
+  slots = sub_credit(records, main_reward, correct, counts, alignment=alignment,
+                     credit=credit)
+  sequences = {key: token_sequence(r.trajectory) for key, r in records.items()}
+  batch = aligned_batch(sequences, slots.index, slots.valid, slots.advantages,
+                        buckets=packing.buckets, row_buckets=packing.row_buckets,
+                        pad_id=packing.pad_id)
+  return SubStep(batch, slots.rewards.reshape(-1), slots.advantages.reshape(-1),
+                 slots.valid.reshape(-1), len(records),
+                 np.array(list(slots.call_rewards.values()), np.float32))
 
 
 def arrival_sub_step(records_in_arrival_order: Sequence[tuple[tuple[int, int, int], SubRecord]],
                      correct: np.ndarray, *, num_queries: int, group_size: int,
-                     weights: RewardWeights, advantage: AdvantageConfig, pad_id: int,
-                     buckets: Sequence[int] = DEFAULT_LENGTH_BUCKETS,
-                     row_buckets: Sequence[int] | None = None) -> SubStep:
+                     credit: CreditConfig, packing: Packing) -> SubStep:
   """`no_alignment`: arrival-order rows, groups of `group_size` = K*D consecutive rows
-  (with `row_buckets`, the batch keeps the filled rows only, in a row bucket)."""
+  (with `packing.row_buckets`, the batch keeps the filled rows only, in a row bucket)."""
   num_rows = num_queries * group_size
   kept = list(records_in_arrival_order)[:num_rows]
-  reward_of = sub_rewards(dict(records_in_arrival_order), correct, weights)
+  advantage = credit.advantage
+  reward_of = sub_rewards(dict(records_in_arrival_order), correct, credit.weights)
   rewards = np.zeros(num_rows, np.float32)
   valid = np.zeros(num_rows, bool)
   for row, (key, _) in enumerate(kept):
@@ -272,18 +373,13 @@ def arrival_sub_step(records_in_arrival_order: Sequence[tuple[tuple[int, int, in
                                        std=advantage.std, eps=advantage.eps)
   adv = np.where(valid, np.asarray(adv, np.float32).reshape(-1), 0.0)
   sequences = [token_sequence(r.trajectory) for _, r in kept]
-  batch_rows = num_rows if row_buckets is None else pick_bucket(
-      max(len(kept), 1), row_buckets, "sub-agent calls")
-  batch = pack_sequences(sequences, adv[:len(kept)], num_rows=batch_rows, buckets=buckets,
-                         pad_id=pad_id)
+  batch = _pack(sequences, adv[:len(kept)], num_rows, packing)
   return SubStep(batch, rewards, adv, valid, len(records_in_arrival_order),
                  np.array(list(reward_of.values()), np.float32))
 
 
 def queued_sub_step(calls: Sequence[SubRecord], made: Sequence[SubRecord], *, num_rows: int,
-                    group_size: int, weights: RewardWeights, advantage: AdvantageConfig,
-                    pad_id: int, buckets: Sequence[int] = DEFAULT_LENGTH_BUCKETS,
-                    row_buckets: Sequence[int] | None = None) -> SubStep:
+                    group_size: int, credit: CreditConfig, packing: Packing) -> SubStep:
   """The unsynchronized arm's batch: the `calls` taken from the front of S's FIFO
   (`sub_queue`, each scored with its own rollout's correct_M), in queue order, in
   N = `num_rows` rows; consecutive groups of G = `group_size` rows are normalized
@@ -296,6 +392,7 @@ def queued_sub_step(calls: Sequence[SubRecord], made: Sequence[SubRecord], *, nu
   if num_rows % group_size:
     raise ValueError(f"{num_rows} rows do not split into groups of {group_size}")
   calls = list(calls)[:num_rows]
+  weights, advantage = credit.weights, credit.advantage
   rewards = np.zeros(num_rows, np.float32)
   valid = np.zeros(num_rows, bool)
   if calls:
@@ -306,13 +403,22 @@ def queued_sub_step(calls: Sequence[SubRecord], made: Sequence[SubRecord], *, nu
                                        valid.reshape(-1, group_size),
                                        std=advantage.std, eps=advantage.eps)
   adv = np.where(valid, np.asarray(adv, np.float32).reshape(-1), 0.0)
-  batch_rows = num_rows if row_buckets is None else pick_bucket(
-      max(len(calls), 1), row_buckets, "sub-agent calls")
-  batch = pack_sequences([token_sequence(r.trajectory) for r in calls], adv[:len(calls)],
-                         num_rows=batch_rows, buckets=buckets, pad_id=pad_id)
+  batch = _pack([token_sequence(r.trajectory) for r in calls], adv[:len(calls)], num_rows,
+                packing)
   made_rewards = (call_rewards(made, np.array([r.main_correct for r in made]), weights)
                   if made else np.zeros(0, np.float32))
   return SubStep(batch, rewards, adv, valid, len(made), made_rewards)
+
+
+def _pack(sequences: Sequence[TokenSequence], advantages: np.ndarray, num_rows: int,
+          packing: Packing) -> TrainBatch:
+  """The filled rows of an unaligned step (`advantages` [len(sequences)]) in a batch of
+  `num_rows` rows, or with `packing.row_buckets`, of the smallest row bucket that holds
+  them."""
+  batch_rows = num_rows if packing.row_buckets is None else pick_bucket(
+      max(len(sequences), 1), packing.row_buckets, "sub-agent calls")
+  return pack_sequences(sequences, advantages, num_rows=batch_rows, buckets=packing.buckets,
+                        pad_id=packing.pad_id)
 
 
 def concat_batches(first: TrainBatch, second: TrainBatch, pad_id: int) -> TrainBatch:

@@ -17,19 +17,17 @@ slice read from its write-ahead cache has S's records only in shared_policy.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from mgrpo_jax.agents.records import MainRecord, SubRecord
 from mgrpo_jax.agents.scoring import score
 from mgrpo_jax.config.modes import Mode
-from mgrpo_jax.core.rewards import RewardWeights
 from mgrpo_jax.evaluation.trajectories import PageCredit, page_questions
 from mgrpo_jax.metrics import trajectory_page
 from mgrpo_jax.slices import step_math
 from mgrpo_jax.tasks.judges import ExactMatchJudge
-from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.paths import RunPaths
 from mgrpo_jax.utils.atomic_files import atomic_write
 
@@ -69,19 +67,20 @@ def aligned_sub_credit(credit: step_math.SubCredit, query_ids: Sequence[str],
   return out
 
 
-def step_credit(config, mode: Mode, step: int, query_ids: Sequence[str],
-                sub: Sequence[SubRecord], grid: Mapping[str, np.ndarray],
-                main_reward: np.ndarray, main_advantage: np.ndarray,
-                weights: RewardWeights, advantage: step_math.AdvantageConfig
-                ) -> tuple[PageCredit, str]:
+def step_credit(config, mode: Mode, step: int, outcome: step_math.MainStep,
+                sub: Sequence[SubRecord]) -> tuple[PageCredit, str]:
   """The step's credit of every rollout and S call, and a note on what it lacks.
 
   Args:
+    config: the run's config: S's credit is computed with its reward weights,
+      normalization and step t's alignment (`step_math.CreditConfig.from_config`,
+      `SlotAlignment.of_step`), as the sub slice computes it.
+    outcome: M's side of the step (R_M, A_M [Q, K]).
     sub: S's records of the step, scored (`expert` filled in).
-    grid: `step_math.main_grid` [Q, K] arrays; main_reward, main_advantage: R_M, A_M [Q, K].
   """
-  main = {(qid, k): (float(main_reward[q, k]), float(main_advantage[q, k]))
-          for q, qid in enumerate(query_ids) for k in range(main_reward.shape[1])}
+  query_ids, grid = outcome.query_ids, outcome.grid
+  main = {(qid, k): (float(outcome.reward[q, k]), float(outcome.advantage[q, k]))
+          for q, qid in enumerate(query_ids) for k in range(outcome.reward.shape[1])}
   counts = grid["num_sub_calls"]
   if not mode.sub_agent:
     return PageCredit(main, {}), ""
@@ -89,44 +88,41 @@ def step_credit(config, mode: Mode, step: int, query_ids: Sequence[str],
     return PageCredit(main, {}), ("S's records of this step are not here (a restarted step "
                                   "read from the write-ahead cache): M's side only")
   indexed = step_math.index_sub_records(sub, query_ids, counts)
+  credit = step_math.CreditConfig.from_config(config)
   if not mode.aligned:
-    reward_of = step_math.sub_rewards(indexed, grid["correct"], weights)
+    reward_of = step_math.sub_rewards(indexed, grid["correct"], credit.weights)
     calls = {(query_ids[q], k, i): (r, None, "") for (q, k, i), r in reward_of.items()}
     return PageCredit(main, calls), ("no_alignment: S's rows are grouped in the service's "
                                      "arrival order, so A_S is not shown here")
-  credit = step_math.sub_credit(
-      indexed, main_reward, grid["correct"], counts,
-      num_slots=int(config.mgrpo.aligned_sub_calls),
-      key=agent_setup.step_key(int(config.experiment.seed), "align", step),
-      mode=str(config.mgrpo.alignment), weights=weights, advantage=advantage)
+  slots = step_math.sub_credit(indexed, outcome.reward, grid["correct"], counts,
+                               alignment=step_math.SlotAlignment.of_step(config, step),
+                               credit=credit)
   trained = mode.sub_trained or mode.shared
   note = "" if trained else "S is frozen in this mode: its calls get no advantage"
-  return PageCredit(main, aligned_sub_credit(credit, query_ids, counts, trained=trained)), note
+  return PageCredit(main, aligned_sub_credit(slots, query_ids, counts, trained=trained)), note
 
 
-def write_step_page(config, paths: RunPaths, mode: Mode, step: int, query_ids: Sequence[str],
-                    main: Sequence[MainRecord], sub: Sequence[SubRecord],
-                    questions: Mapping[str, object], expert_judge, *,
-                    grid: Mapping[str, np.ndarray], main_reward: np.ndarray,
-                    main_advantage: np.ndarray, weights: RewardWeights,
-                    advantage: step_math.AdvantageConfig) -> None:
+def write_step_page(config, paths: RunPaths, mode: Mode, step: int,
+                    outcome: step_math.MainStep, main: Sequence[MainRecord],
+                    sub: Sequence[SubRecord], scoring: step_math.Scoring) -> None:
   """Writes step t's page (module docstring).
 
   Args:
+    outcome: M's side of the step (`step_credit`).
     main: the step's scored M records; sub: S's records as M received them (scored or
-      not: they are scored here with `expert_judge`).
-    questions: {query id: question} of the training set.
+      not: they are scored here with `scoring`'s judge, if any).
+    scoring: the training questions by id and r_expert.
   """
-  step_questions = {qid: questions[qid] for qid in query_ids}
-  if sub and expert_judge is not None:
-    _, sub = score(main, sub, step_questions, ExactMatchJudge(), expert_judge)
-  credit, note = step_credit(config, mode, step, query_ids, sub, grid, main_reward,
-                             main_advantage, weights, advantage)
+  query_ids, reward = outcome.query_ids, outcome.reward
+  step_questions = {qid: scoring.questions[qid] for qid in query_ids}
+  if sub and scoring.judge is not None:
+    _, sub = score(main, sub, step_questions, ExactMatchJudge(), scoring.judge)
+  credit, note = step_credit(config, mode, step, outcome, sub)
   limit = int(config.logging.trajectory_questions)
   shown = page_questions(main, sub, step_questions, limit=limit, credit=credit)
-  notes = [f"mode {mode.name}; B = {len(query_ids)} queries x K = {main_reward.shape[1]} "
+  notes = [f"mode {mode.name}; B = {len(query_ids)} queries x K = {reward.shape[1]} "
            f"rollouts, D = {int(config.mgrpo.aligned_sub_calls)} slots; mean R_M "
-           f"{float(main_reward.mean()):.3f}, accuracy {float(grid['correct'].mean()):.3f}",
+           f"{float(reward.mean()):.3f}, accuracy {float(outcome.grid['correct'].mean()):.3f}",
            f"showing the first {len(shown)} questions (logging.trajectory_questions = "
            f"{limit})"] + ([note] if note else [])
   html = trajectory_page.render(f"RL step {step}", shown, notes=notes)

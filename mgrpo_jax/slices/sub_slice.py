@@ -42,6 +42,7 @@ import dataclasses
 import numpy as np
 
 from mgrpo_jax.agents.records import SubRecord
+from mgrpo_jax.agents.sub_client import InProcessSubAgentClient
 from mgrpo_jax.config.modes import parse_mode
 from mgrpo_jax.scale import distributed
 from mgrpo_jax.scale.multihost import multi_host, servable_params
@@ -88,7 +89,7 @@ def run_sub_slice(config, workdir: str) -> None:
     return
   rt = open_runtime(config, workdir, "sub")
   settings, trains = rt.settings, mode.sub_trained
-  scoring = _Scoring.of(rt)
+  scoring = step_math.Scoring.of(rt.questions, rt.expert_judge)
   rt.apply_init_checkpoint()
   initial_params = servable_params(rt.layout, rt.trainer.state)
   start = _start(rt, rt.restore())
@@ -97,7 +98,7 @@ def run_sub_slice(config, workdir: str) -> None:
   policy = rt.sampler_policy(version=start)  # collective with several processes
   server = _serve(rt, policy, versions, start) if rt.is_writer else None
   queue = _open_queue(rt, start) if mode.queued and rt.is_writer else None
-  rt.start_metrics()
+  rt.step_log.start()
   try:
     for step in range(start, settings.num_steps):
       timer = Timer()
@@ -115,7 +116,7 @@ def run_sub_slice(config, workdir: str) -> None:
         scalars.update({f"sub/update/{k}": v for k, v in metrics.items()})
       throughput = {} if metrics is None or not rt.is_writer else {
           "update": metrics["num_tokens"] / max(timer.seconds["update"], 1e-9)}
-      rt.record_before_commit(step, scalars, timer, throughput)
+      rt.step_log.record_before_commit(step, scalars, timer, throughput)
       if trains:
         rt.checkpoint(timer, {"steps_done": step + 1})
       crash_point("sub", "checkpoint", step)
@@ -127,7 +128,7 @@ def run_sub_slice(config, workdir: str) -> None:
       rt.retire_cache(step)
       if queue is not None:
         queue.files.retire(step)
-      rt.report(step, scalars, timer, throughput, {
+      rt.step_log.report(step, scalars, timer, throughput, {
           "sub/reward": scalars["sub/reward_mean"], "calls": scalars["sub/calls"],
           **({"loss": metrics["loss"]} if metrics is not None else {})})
   finally:
@@ -176,11 +177,11 @@ def _serve(rt: SliceRuntime, policy, versions: WeightVersions, start: int):
       settings.num_rollouts, rollout_config.max_sub_calls,
       max_tasks=settings.num_queries * settings.num_rollouts,
       max_batches=rollout_config.main.max_turns, max_chars=rollout_config.max_argument_chars)
-  service = SubAgentService(
-      policy, rt.layout.graphdef, rt.tokenizer, rt.registry, rollout_config, versions,
-      rt.cache, gate, after_persist=lambda step: crash_point("sub", "served", step),
-      spec=agent_setup.agent_specs(config)[1],
-      rollout_policy=agent_setup.rollout_policy(policy, rt.tokenizer, "sub"))
+  client = InProcessSubAgentClient(agent_setup.rollout_policy(policy, rt.tokenizer, "sub"),
+                                   rt.tokenizer, rt.registry, rollout_config,
+                                   spec=agent_setup.agent_specs(config)[1])
+  service = SubAgentService(policy, rt.layout.graphdef, client, versions, rt.cache, gate,
+                            after_persist=lambda step: crash_point("sub", "served", step))
   serving = config.serving
   server = service.server(host=str(serving.host), port=int(serving.port),
                           token=service_token(str(serving.token_env)),
@@ -191,18 +192,6 @@ def _serve(rt: SliceRuntime, policy, versions: WeightVersions, start: int):
   log(f"sub slice: mode={rt.mode.name} serving S on {host}:{port}, "
       f"{describe_steps(start, settings.num_steps)}")
   return server
-
-
-@dataclasses.dataclass(frozen=True)
-class _Scoring:
-  """What S's records are scored with: the questions by id and the r_expert judge."""
-
-  questions: dict
-  judge: object
-
-  @classmethod
-  def of(cls, rt: SliceRuntime) -> _Scoring:
-    return cls({q.id: q for q in rt.questions}, rt.expert_judge)
 
 
 @dataclasses.dataclass
@@ -236,12 +225,11 @@ def _queued_step(rt: SliceRuntime, queue: _Queue, step: int,
   queue.scalars = sub_queue.queue_scalars(taken, queue.calls, step)
   return step_math.queued_sub_step(
       [c.record for c in taken], [record for _, record in arrived],
-      num_rows=group * -(-count // group), group_size=group,
-      weights=settings.weights, advantage=settings.advantage, pad_id=rt.pad_id,
-      buckets=rt.buckets, row_buckets=rt.sub_row_buckets)
+      num_rows=group * -(-count // group), group_size=group, credit=settings.credit,
+      packing=rt.sub_packing)
 
 
-def _prepare(rt: SliceRuntime, scoring: _Scoring, step: int, timer: Timer,
+def _prepare(rt: SliceRuntime, scoring: step_math.Scoring, step: int, timer: Timer,
              queue: _Queue | None) -> tuple[step_math.SubStep, int]:
   """Process 0: step t's S records that M received, scored, aligned and packed, and the
   number of other records in the step's cache (module docstring)."""
@@ -271,15 +259,12 @@ def _prepare(rt: SliceRuntime, scoring: _Scoring, step: int, timer: Timer,
       return _queued_step(rt, queue, step, [(k, scored[k]) for k in keys]), ignored
     return step_math.arrival_sub_step(
         [(k, scored[k]) for k in keys], arrays["correct"], num_queries=len(query_ids),
-        group_size=settings.num_rollouts * settings.num_slots, weights=settings.weights,
-        advantage=settings.advantage, pad_id=rt.pad_id, buckets=rt.buckets,
-        row_buckets=rt.sub_row_buckets), ignored
+        group_size=settings.num_rollouts * settings.num_slots, credit=settings.credit,
+        packing=rt.sub_packing), ignored
   return step_math.aligned_sub_step(
       scored, arrays["main_reward"], arrays["correct"], arrays["num_sub_calls"],
-      num_slots=settings.num_slots, key=agent_setup.step_key(settings.seed, "align", step),
-      mode=str(rt.config.mgrpo.alignment), weights=settings.weights,
-      advantage=settings.advantage, pad_id=rt.pad_id, buckets=rt.buckets,
-      row_buckets=rt.sub_row_buckets), ignored
+      alignment=step_math.SlotAlignment.of_step(rt.config, step), credit=settings.credit,
+      packing=rt.sub_packing), ignored
 
 
 def _train(rt: SliceRuntime, sub_step: step_math.SubStep | None, timer: Timer

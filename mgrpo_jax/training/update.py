@@ -54,6 +54,7 @@ from mgrpo_jax.core.losses import (
   AGGREGATIONS,
   KL_ESTIMATORS,
   RATIO_MODES,
+  Surrogate,
   loss_normalizer,
   policy_loss,
   reduce_tokens,
@@ -139,6 +140,15 @@ class LossConfig:
                kl_coef=float(loss["kl_coef"]), kl_estimator=str(loss["kl_estimator"]),
                clip_ratio_c=float(loss["clip_ratio_c"]) or None, max_len=max_len,
                entropy_coef=float(loss["entropy_coef"]))
+
+  def surrogate(self, max_len: int, *, with_reference: bool) -> Surrogate:
+    """`core.losses.Surrogate` of these settings for rows of `max_len` tokens; the KL
+    term only `with_reference` log-probs (else kl_coef 0)."""
+    return Surrogate(clip_low=self.clip_low, clip_high=self.clip_high,
+                     clip_ratio_c=self.clip_ratio_c,
+                     kl_coef=self.kl_coef if with_reference else 0.0, ratio=self.ratio,
+                     aggregation=self.aggregation, kl_estimator=self.kl_estimator,
+                     max_len=max_len)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -300,12 +310,9 @@ def _loss_fn(layout: StateLayout, config: UpdateConfig, normalizer: jax.Array,
           token_logprobs(ref_model, batch.ids, temperature=config.temperature,
                          chunk=config.logprob_chunk))
     loss, metrics = policy_loss(
-        logp, old_logp, batch.advantages, batch.loss_mask, clip_low=loss_config.clip_low,
-        clip_high=loss_config.clip_high, ratio=loss_config.ratio,
-        aggregation=loss_config.aggregation, ref_logp=ref_logp,
-        kl_coef=loss_config.kl_coef if ref_logp is not None else 0.0,
-        kl_estimator=loss_config.kl_estimator, weights=batch.weights,
-        clip_ratio_c=loss_config.clip_ratio_c, normalizer=normalizer, max_len=max_len)
+        logp, old_logp, batch.advantages, batch.loss_mask,
+        surrogate=loss_config.surrogate(max_len, with_reference=ref_logp is not None),
+        ref_logp=ref_logp, weights=batch.weights, normalizer=normalizer)
     weights = jnp.asarray(batch.weights, jnp.float32)
     if entropy is not None:
       loss = loss - loss_config.entropy_coef * reduce_tokens(

@@ -45,15 +45,33 @@ def record_sequence(record: Any) -> TokenSequence:
                        np.asarray(t.logprobs, np.float32))
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Demonstrators:
+  """Who plays M and S in the demonstrations, with which prompts and ids.
+
+  Attributes:
+    main_oracle: M's scripted policy (default: the natural world's `OracleMainAgent`
+      with `MainNoise()`'s systematic mistakes; e.g. a `Rendering.main_oracle` of the
+      symbolic world; rate 0: the clean oracle).
+    sub_oracle: S's scripted policy (default `OracleSubAgent` with `SubNoise()`).
+    main_spec: M's (or the single agent's) prompts and tools (None: the mode's).
+    sub_spec: S's prompts and tools.
+    sub_tokenizer: S's tokenizer (None: M's): the demonstrations' `sub` holds its ids, so
+      each agent is fine-tuned on ids of its own vocabulary.
+  """
+
+  main_oracle: MainPolicy = dataclasses.field(
+      default_factory=lambda: OracleMainAgent(MainNoise()))
+  sub_oracle: SubPolicy = dataclasses.field(default_factory=lambda: OracleSubAgent(SubNoise()))
+  main_spec: specs.AgentSpec | None = None
+  sub_spec: specs.AgentSpec = specs.SUB
+  sub_tokenizer: Tokenizer | None = None
+
+
 def collect_demonstrations(tokenizer: Tokenizer, registry: ToolRegistry, config: RolloutConfig,
-                           tasks: Sequence[Any], *, main_noise: MainNoise | None = None,
-                           sub_noise: SubNoise | None = None, num_rollouts: int = 1,
-                           key: int = 0, mode: str | Mode = "mgrpo",
-                           main_spec: specs.AgentSpec | None = None,
-                           sub_spec: specs.AgentSpec = specs.SUB,
-                           sub_tokenizer: Tokenizer | None = None,
-                           main_oracle: MainPolicy | None = None,
-                           sub_oracle: SubPolicy | None = None) -> Demonstrations:
+                           tasks: Sequence[Any], *, demonstrators: Demonstrators | None = None,
+                           num_rollouts: int = 1, key: int = 0,
+                           mode: str | Mode = "mgrpo") -> Demonstrations:
   """Runs the noisy oracles as M and S over `tasks` and returns their token sequences.
 
   Args:
@@ -61,19 +79,12 @@ def collect_demonstrations(tokenizer: Tokenizer, registry: ToolRegistry, config:
     registry: the world's tools.
     config: the agents' limits (turns, context, new tokens, sub-calls).
     tasks: training questions (objects with `id` and `text`).
-    main_noise: M's systematic mistakes (default `MainNoise()`; rate 0: clean oracle).
-    sub_noise: S's systematic mistakes (default `SubNoise()`).
+    demonstrators: the scripted M and S, their specs and S's tokenizer (default
+      `Demonstrators()`: the natural world's noisy oracles).
     num_rollouts: rollouts per task (the oracles are deterministic: 1 is enough).
     key: the controller's key.
     mode: "mgrpo" (M with S) or "single_agent" (`InlineOracle`, same mistakes): a
       mode's `Mode.demonstration`.
-    main_spec: M's (or the single agent's) prompts and tools (default: the mode's).
-    sub_spec: S's prompts and tools.
-    sub_tokenizer: S's tokenizer (default `tokenizer`): `sub` holds its ids, so each
-      agent is fine-tuned on ids of its own vocabulary.
-    main_oracle: M's scripted policy, replacing the natural world's `OracleMainAgent`
-      with `main_noise` (e.g. a `Rendering.main_oracle` of the symbolic world).
-    sub_oracle: S's scripted policy, likewise.
 
   Returns:
     `Demonstrations` with every M (or single-agent) and S trajectory; `sub` is empty
@@ -85,21 +96,17 @@ def collect_demonstrations(tokenizer: Tokenizer, registry: ToolRegistry, config:
                      f"a mode's Mode.demonstration), got {mode.name!r}")
   if not tasks:
     raise ValueError("tasks is empty: no demonstrations to collect")
-  if main_oracle is None:
-    main_oracle = OracleMainAgent(main_noise if main_noise is not None else MainNoise())
-  if sub_oracle is None:
-    sub_oracle = OracleSubAgent(sub_noise if sub_noise is not None else SubNoise())
+  team = demonstrators or Demonstrators()
   if mode.single:
-    single = Agent(OraclePolicy(InlineOracle(main_oracle, sub_oracle), tokenizer), tokenizer)
-    controller = make_controller(mode, single, registry, config, main_spec=main_spec)
+    single = Agent(OraclePolicy(InlineOracle(team.main_oracle, team.sub_oracle), tokenizer),
+                   tokenizer)
+    controller = make_controller(mode, single, registry, config, main_spec=team.main_spec)
   else:
-    main = Agent(OraclePolicy(main_oracle, tokenizer), tokenizer)
-    sub_tokenizer = sub_tokenizer or tokenizer
-    sub = Agent(OraclePolicy(sub_oracle, sub_tokenizer), sub_tokenizer)
-    controller = make_controller(mode, main, registry, config, sub=sub, main_spec=main_spec,
-                                 sub_spec=sub_spec)
+    main = Agent(OraclePolicy(team.main_oracle, tokenizer), tokenizer)
+    sub_tokenizer = team.sub_tokenizer or tokenizer
+    sub = Agent(OraclePolicy(team.sub_oracle, sub_tokenizer), sub_tokenizer)
+    controller = make_controller(mode, main, registry, config, sub=sub,
+                                 main_spec=team.main_spec, sub_spec=team.sub_spec)
   out = controller.run(list(tasks), num_rollouts, key)
   return Demonstrations(main=[record_sequence(r) for r in out.main],
                         sub=[record_sequence(r) for r in out.sub])
-
-

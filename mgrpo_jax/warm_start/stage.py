@@ -17,6 +17,7 @@ it was computed from, and a run that would compute another stops, naming the key
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import json
 import pathlib
@@ -41,7 +42,7 @@ from mgrpo_jax.warm_start.copy_curriculum import (
   window_sequences,
 )
 from mgrpo_jax.warm_start.demonstration_worlds import demonstration_worlds
-from mgrpo_jax.warm_start.demonstrations import collect_demonstrations
+from mgrpo_jax.warm_start.demonstrations import Demonstrators, collect_demonstrations
 from mgrpo_jax.warm_start.folder_config import check_or_record
 from mgrpo_jax.warm_start.sft import SFTConfig, sft, sft_steps
 
@@ -140,14 +141,17 @@ def warm_start_agent(config, workdir: str, role: str) -> None:
   # S's demonstrations go to S's model in its own ids (to M's in shared_policy).
   sub_tokenizer = models["sub"][1] if "sub" in models else None
   main_oracle, sub_oracle = noisy_oracles(config, seed)
+  team = Demonstrators(main_oracle=main_oracle, sub_oracle=sub_oracle, main_spec=main_spec,
+                       sub_spec=sub_spec, sub_tokenizer=sub_tokenizer)
   demonstrate = functools.partial(
-      collect_demonstrations, models["main"][1], sub_tokenizer=sub_tokenizer,
-      config=agent_setup.rollout_config(config),
-      main_oracle=main_oracle, sub_oracle=sub_oracle,
-      mode=mode.demonstration,
-      main_spec=main_spec, sub_spec=sub_spec, key=agent_setup.derive_seed(seed, "demos"))
+      collect_demonstrations, models["main"][1], config=agent_setup.rollout_config(config),
+      demonstrators=team, mode=mode.demonstration,
+      key=agent_setup.derive_seed(seed, "demos"))
   if mode.single and str(ws.budget) == "team_tokens":
-    worlds, budget = _team_token_worlds(config, world_path, folder, worlds, demonstrate)
+    as_team = functools.partial(demonstrate, mode="mgrpo", demonstrators=dataclasses.replace(
+        team, main_spec=agent_setup.agent_specs(config, "mgrpo")[0]))
+    worlds, budget = _team_token_worlds(config, world_path, folder, worlds, demonstrate,
+                                        as_team)
   else:
     budget = {}
   sequences = []
@@ -192,14 +196,14 @@ def warm_start_agent(config, workdir: str, role: str) -> None:
 
 
 def _team_token_worlds(config, world_path: pathlib.Path, folder: pathlib.Path, worlds,
-                       demonstrate) -> tuple[list, dict[str, int]]:
+                       demonstrate, as_team) -> tuple[list, dict[str, int]]:
   """The single agent's demonstration worlds with the team's demonstrated tokens
-  (`warm_start.budget=team_tokens`, `budget.py`), and the counts that sized them."""
-  team_spec = agent_setup.agent_specs(config, "mgrpo")[0]
+  (`warm_start.budget=team_tokens`, `budget.py`), and the counts that sized them.
+  `demonstrate` and `as_team` give the single agent's and the team's (M with S)
+  demonstrations of a world's questions."""
   team = single = 0
   for world in worlds:
-    demos = demonstrate(registry=world.registry, tasks=world.questions, mode="mgrpo",
-                        main_spec=team_spec)
+    demos = as_team(registry=world.registry, tasks=world.questions)
     team += demonstrated_tokens(demos.main) + demonstrated_tokens(demos.sub)
     single += demonstrated_tokens(demonstrate(registry=world.registry,
                                               tasks=world.questions).main)

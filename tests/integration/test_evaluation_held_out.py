@@ -13,6 +13,7 @@ import pytest
 
 from configs.local_demo import get_config
 from mgrpo_jax.agents import Agent, OraclePolicy
+from mgrpo_jax.config.modes import parse_mode
 from mgrpo_jax.evaluation import held_out
 from mgrpo_jax.tasks.oracle import OracleMainAgent, OracleSubAgent
 from mgrpo_jax.tasks.oracle.noise import MainNoise, SubNoise
@@ -42,10 +43,12 @@ def _result(setup, rate, world="test_world", sub_tokenizer=None):
   sub = Agent(OraclePolicy(OracleSubAgent(SubNoise(rate=rate)), sub_tokenizer),
               sub_tokenizer)
   main_spec, sub_spec = agent_setup.agent_specs(config)
-  return held_out.evaluate("mgrpo", main, sub,
-                             agent_setup.tool_registry(world_path, config, world=world),
-                             agent_setup.rollout_config(config), questions, samples=1, key=0,
-                             main_spec=main_spec, sub_spec=sub_spec)
+  setup = held_out.EvalSetup(
+      mode=parse_mode("mgrpo"),
+      registry=agent_setup.tool_registry(world_path, config, world=world),
+      rollout_config=agent_setup.rollout_config(config), questions=questions,
+      main_spec=main_spec, sub_spec=sub_spec)
+  return held_out.evaluate(setup, main, sub, samples=1, key=0)
 
 
 def _evaluate(setup, rate, world="test_world"):
@@ -112,11 +115,13 @@ def _symbolic_sub_scores(symbolic, sub_rate):
   main = Agent(OraclePolicy(rendering.main_oracle(0.0, 0), tokenizer), tokenizer)
   sub = Agent(OraclePolicy(rendering.sub_oracle(sub_rate, 0), tokenizer), tokenizer)
   main_spec, sub_spec = agent_setup.agent_specs(config)
-  return held_out.evaluate("mgrpo", main, sub,
-                           agent_setup.tool_registry(world_path, config, world="test_world"),
-                           agent_setup.rollout_config(config), questions, samples=1, key=0,
-                           main_spec=main_spec, sub_spec=sub_spec, rendering=rendering,
-                           expert_judge=held_out.held_out_expert_judge(config)).summary
+  setup = held_out.EvalSetup(
+      mode=parse_mode("mgrpo"),
+      registry=agent_setup.tool_registry(world_path, config, world="test_world"),
+      rollout_config=agent_setup.rollout_config(config), questions=questions,
+      main_spec=main_spec, sub_spec=sub_spec, rendering=rendering,
+      expert_judge=held_out.held_out_expert_judge(config))
+  return held_out.evaluate(setup, main, sub, samples=1, key=0).summary
 
 
 def test_s_report_scores_locate_the_sub_agent_s_mistakes(symbolic):

@@ -19,10 +19,8 @@ import subprocess
 import pytest
 
 from configs.local_demo import get_config
-from mgrpo_jax import plugins
 from mgrpo_jax.agents import Agent, OraclePolicy
 from mgrpo_jax.config.modes import parse_mode
-from mgrpo_jax.core.rewards import RewardWeights
 from mgrpo_jax.evaluation import held_out, stage
 from mgrpo_jax.metrics import trajectory_page
 from mgrpo_jax.slices import step_math, step_pages
@@ -82,13 +80,15 @@ def oracle_evaluation(tmp_path_factory):
   tokenizer = agent_setup.world_tokenizer(root, config)
   rendering = world_rendering(config)
   main_spec, sub_spec = agent_setup.agent_specs(config)
-  result = held_out.evaluate(
-      str(config.experiment.mode),
-      Agent(OraclePolicy(rendering.main_oracle(0.3, 0), tokenizer), tokenizer),
-      Agent(OraclePolicy(rendering.sub_oracle(0.3, 0), tokenizer), tokenizer),
-      agent_setup.tool_registry(world_path, config, world="test_world"),
-      agent_setup.rollout_config(config), questions, samples=SAMPLES, key=0,
+  setup = held_out.EvalSetup(
+      mode=parse_mode(str(config.experiment.mode)),
+      registry=agent_setup.tool_registry(world_path, config, world="test_world"),
+      rollout_config=agent_setup.rollout_config(config), questions=questions,
       main_spec=main_spec, sub_spec=sub_spec, rendering=rendering)
+  result = held_out.evaluate(
+      setup, Agent(OraclePolicy(rendering.main_oracle(0.3, 0), tokenizer), tokenizer),
+      Agent(OraclePolicy(rendering.sub_oracle(0.3, 0), tokenizer), tokenizer),
+      samples=SAMPLES, key=0)
   assert result.summary["sub_calls_mean"] > 0
   return config, RunPaths(str(root), root, str(root / "store")), questions, result
 
@@ -106,18 +106,13 @@ def step_page(oracle_evaluation):
   """The same rollouts as a training step's page (B = QUESTIONS, K = SAMPLES), with the
   step's R_M, A_M, and R_S, A_S and D-slot alignment of every S call."""
   config, paths, questions, result = oracle_evaluation
-  query_ids = [q.id for q in questions]
-  grid = step_math.main_grid(result.main, query_ids, SAMPLES)
-  weights = RewardWeights.from_config(config.rewards)
-  advantage = step_math.AdvantageConfig()
-  reward = plugins.main_rewards(grid["format_ok"], grid["correct"], weights)
+  outcome = step_math.MainStep.score(result.main, [q.id for q in questions], SAMPLES,
+                                     step_math.CreditConfig.from_config(config))
   _, test_world = world_rendering(config).split_worlds(
       config.world.size, int(config.world.seed), int(config.world.test_seed))
   step_pages.write_step_page(
-      config, paths, parse_mode("mgrpo"), 0, query_ids, result.main, result.sub,
-      {q.id: q for q in questions}, world_rendering(config).expert_judge(test_world),
-      grid=grid, main_reward=reward, main_advantage=step_math.main_advantages(reward, advantage),
-      weights=weights, advantage=advantage)
+      config, paths, parse_mode("mgrpo"), 0, outcome, result.main, result.sub,
+      step_math.Scoring.of(questions, world_rendering(config).expert_judge(test_world)))
   return paths.local / "report" / "rl_step_00000.html", len(result.sub)
 
 

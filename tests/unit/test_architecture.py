@@ -1,14 +1,22 @@
 """The dependency rules of docs/ARCHITECTURE.md, checked on every import in the package and
 the launch scripts: no import from a lower unit to a higher one, no import cycle between
-files, and the launch scripts at the top."""
+files, and the launch scripts at the top; and no function there takes more than
+MAX_PARAMETERS parameters unless its docstring says why."""
 
+import ast
 import pathlib
+import re
 
 from tests.support import import_graph
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PACKAGE = "mgrpo_jax"
 LAUNCH = ROOT / "launch"
+
+# The most parameters a function may take (self / cls not counted, *args and **kwargs
+# counted) unless its docstring gives the reason, "Takes <N> parameters because ...".
+MAX_PARAMETERS = 8
+_REASON = re.compile(r"Takes (\d+) parameters because")
 
 # unit -> the project units it may import (besides itself). A unit is a top-level
 # subpackage or module of the package; `launch` is the launch scripts.
@@ -94,7 +102,59 @@ def test_launch_scripts_import_no_launch_script():
   assert not found, "\n".join(found)
 
 
-# The checker on a planted package, so that a broken checker fails here.
+def long_signatures(path: pathlib.Path, root: pathlib.Path) -> list[str]:
+  """'file:line name takes N parameters' of each function (lambdas and nested ones
+  included) of the file `path` with more than MAX_PARAMETERS parameters and no reason in
+  its docstring naming that count, in line order."""
+  found = []
+  for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+      continue
+    args = node.args
+    names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs,
+                             *(a for a in (args.vararg, args.kwarg) if a is not None))]
+    if names[:1] in (["self"], ["cls"]):
+      names = names[1:]
+    docstring = "" if isinstance(node, ast.Lambda) else ast.get_docstring(node) or ""
+    reason = _REASON.search(docstring)
+    if len(names) > MAX_PARAMETERS and not (reason and int(reason[1]) == len(names)):
+      found.append((node.lineno, f"{path.relative_to(root).as_posix()}:{node.lineno} "
+                                 f"{getattr(node, 'name', 'lambda')} takes {len(names)} "
+                                 "parameters"))
+  return [line for _, line in sorted(found)]
+
+
+def test_no_function_takes_more_than_max_parameters_without_a_reason():
+  """Values that travel together are one object (a frozen dataclass: `core.losses.Surrogate`,
+  `slices.step_math.CreditConfig`, ...); a function that needs more says why."""
+  files = [*(ROOT / PACKAGE).rglob("*.py"), *_launch_scripts()]
+  found = [line for path in sorted(files) for line in long_signatures(path, ROOT)]
+  assert not found, "\n".join(found)
+
+
+# The checkers on planted code, so that a broken checker fails here.
+
+
+_PLANTED_SIGNATURES = '''def plain(a0, a1, a2, a3, a4, a5, a6, a7, a8):
+  pass
+class C:
+  def method(self, a0, *a1, a2, a3, a4, a5, a6, a7, **a8):
+    pass
+  def eight(self, a0, a1, a2, a3, a4, a5, a6, a7):
+    pass
+def reasoned(a0, a1, a2, a3, a4, a5, a6, a7, a8):
+  """Takes 9 parameters because it mirrors X."""
+def stale(a0, a1, a2, a3, a4, a5, a6, a7, a8):
+  """Takes 8 parameters because it mirrors X."""
+f = lambda a0, a1, a2, a3, a4, a5, a6, a7, a8: 0
+'''
+
+
+def test_signature_checker_counts_parameters_and_reads_the_reason(tmp_path):
+  (tmp_path / "m.py").write_text(_PLANTED_SIGNATURES)
+  assert long_signatures(tmp_path / "m.py", tmp_path) == [
+      "m.py:1 plain takes 9 parameters", "m.py:4 method takes 9 parameters",
+      "m.py:10 stale takes 9 parameters", "m.py:12 lambda takes 9 parameters"]
 
 
 def _plant(root: pathlib.Path, files: dict[str, str]) -> None:

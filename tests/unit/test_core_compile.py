@@ -53,12 +53,13 @@ def test_policy_loss_compiles_once_and_not_per_hyperparameter_value():
   adv = rng.normal(size=n).astype(np.float32)
   mask = rng.random((n, T)) < 0.8
   assert _compiles(losses.policy_loss, logp, old, adv, mask) == 1
-  assert _compiles(losses.policy_loss, logp, old, adv, mask, ratio="sequence",
-                   aggregation="token_mean", ref_logp=ref, kl_coef=0.1,
-                   clip_ratio_c=3.0) == 1
+  surrogate = losses.Surrogate(ratio="sequence", aggregation="token_mean", kl_coef=0.1,
+                               clip_ratio_c=3.0)
+  assert _compiles(losses.policy_loss, logp, old, adv, mask, surrogate=surrogate,
+                   ref_logp=ref) == 1
   with CompileCounter() as counter:  # new clip values reuse the compiled program
-    jax.block_until_ready(losses.policy_loss(logp, old, adv, mask, clip_low=0.1,
-                                             clip_high=0.3))
+    jax.block_until_ready(losses.policy_loss(
+        logp, old, adv, mask, surrogate=losses.Surrogate(clip_low=0.1, clip_high=0.3)))
   assert counter.count == 0
   assert _compiles(losses.loss_normalizer, mask, aggregation="token_mean") == 1
   assert _compiles(losses.kl_divergence, logp, ref, estimator="k2") == 1

@@ -89,7 +89,8 @@ MASK = np.array([[1, 1, 0], [1, 1, 1], [0, 0, 0]], bool)
     ("seq_mean_token_sum_norm", (-2.28 + 6.1) / (3 * 2)),
 ])
 def test_hand_computed_token_ratio(aggregation, expected):
-  loss, metrics = losses.policy_loss(LOGP, OLD, ADV, MASK, aggregation=aggregation)
+  loss, metrics = losses.policy_loss(LOGP, OLD, ADV, MASK,
+                                     surrogate=losses.Surrogate(aggregation=aggregation))
   assert float(loss) == pytest.approx(expected, rel=1e-5)
   assert float(metrics["pg_loss"]) == pytest.approx(expected, rel=1e-5)
   assert float(metrics["clip_frac_high"]) == pytest.approx(1 / 5)  # row 0, ratio 1.5
@@ -103,11 +104,12 @@ def test_hand_computed_token_ratio(aggregation, expected):
 def test_hand_computed_sequence_and_trajectory_ratios():
   # GSPO: row 0 rho = exp((0 + ln 1.5) / 2) = sqrt(1.5) = 1.2247 (inside the clip range),
   # row 1 rho = 0.625 ** (1/3) = 0.8550 (inside). Loss per token -A * rho.
-  loss, _ = losses.policy_loss(LOGP, OLD, ADV, MASK, ratio="sequence")
+  loss, _ = losses.policy_loss(LOGP, OLD, ADV, MASK, surrogate=losses.Surrogate(ratio="sequence"))
   assert float(loss) == pytest.approx((-math.sqrt(1.5) + 2 * 0.625 ** (1 / 3)) / 2, rel=1e-5)
   # Eq. 14 as written: row 0 rho = 1.5 -> clipped to 1.28: -1.28; row 1 rho = 0.625 ->
   # max(2 * 0.625, 2 * 0.8) = 1.6.
-  loss, _ = losses.policy_loss(LOGP, OLD, ADV, MASK, ratio="trajectory")
+  loss, _ = losses.policy_loss(LOGP, OLD, ADV, MASK,
+                               surrogate=losses.Surrogate(ratio="trajectory"))
   assert float(loss) == pytest.approx((-1.28 + 1.6) / 2, rel=1e-5)
 
 
@@ -118,11 +120,12 @@ def test_hand_computed_dual_clip():
   logp = np.full((2, 1), math.log(5.0), np.float32)
   adv = np.array([-1.0, 1.0], np.float32)
   mask = np.ones((2, 1), bool)
-  loss, metrics = losses.policy_loss(logp, old, adv, mask, clip_ratio_c=3.0,
-                                     aggregation="token_mean")
+  loss, metrics = losses.policy_loss(
+      logp, old, adv, mask, surrogate=losses.Surrogate(clip_ratio_c=3.0, aggregation="token_mean"))
   assert float(loss) == pytest.approx((3.0 - 1.28) / 2, rel=1e-5)
   assert float(metrics["clip_frac_dual"]) == pytest.approx(0.5)
-  plain, _ = losses.policy_loss(logp, old, adv, mask, aggregation="token_mean")
+  plain, _ = losses.policy_loss(logp, old, adv, mask,
+                                surrogate=losses.Surrogate(aggregation="token_mean"))
   assert float(plain) == pytest.approx((5.0 - 1.28) / 2, rel=1e-5)
 
 
@@ -130,12 +133,12 @@ def test_hand_computed_dual_clip():
 @pytest.mark.parametrize("ratio", ["token", "sequence", "trajectory"])
 def test_matches_loop_reference(aggregation, ratio):
   logp, old, ref, adv, mask, weights = _batch(seed=len(aggregation) * 7 + len(ratio))
-  options = dict(clip_low=0.2, clip_high=0.28, ratio=ratio, aggregation=aggregation)
   estimator = ("k1", "k2", "k3")[(len(aggregation) + len(ratio)) % 3]
-  full = dict(options, ref_logp=ref, kl_coef=0.3, kl_estimator=estimator, weights=weights,
-              clip_ratio_c=2.0)
-  loss, _ = losses.policy_loss(logp, old, adv, mask, **full)
-  want = reference_loss(logp, old, adv, mask, **full)
+  options = dict(clip_low=0.2, clip_high=0.28, ratio=ratio, aggregation=aggregation,
+                 kl_coef=0.3, kl_estimator=estimator, clip_ratio_c=2.0)
+  loss, _ = losses.policy_loss(logp, old, adv, mask, surrogate=losses.Surrogate(**options),
+                               ref_logp=ref, weights=weights)
+  want = reference_loss(logp, old, adv, mask, ref_logp=ref, weights=weights, **options)
   assert float(loss) == pytest.approx(want, rel=1e-5, abs=1e-6), estimator
 
 
@@ -143,7 +146,8 @@ def test_matches_loop_reference(aggregation, ratio):
 def _loss_and_grad(logp, old, adv, mask, weights, normalizer, *, aggregation, ratio):
   def loss_fn(lp):
     return losses.policy_loss(lp, old, adv, mask, weights=weights, normalizer=normalizer,
-                              aggregation=aggregation, ratio=ratio)[0]
+                              surrogate=losses.Surrogate(aggregation=aggregation,
+                                                         ratio=ratio))[0]
   return jax.value_and_grad(loss_fn)(logp)
 
 
@@ -176,10 +180,10 @@ def test_integer_weights_equal_repeated_rows(aggregation):
   logp, old, _, adv, mask, _ = _batch(seed=5, n=4, empty_rows=(1,))
   weights = np.array([2.0, 3.0, 1.0, 0.0], np.float32)
   repeat = np.repeat(np.arange(4), weights.astype(int))
-  weighted, _ = losses.policy_loss(logp, old, adv, mask, weights=weights,
-                                   aggregation=aggregation)
+  surrogate = losses.Surrogate(aggregation=aggregation)
+  weighted, _ = losses.policy_loss(logp, old, adv, mask, weights=weights, surrogate=surrogate)
   repeated, _ = losses.policy_loss(logp[repeat], old[repeat], adv[repeat], mask[repeat],
-                                   aggregation=aggregation)
+                                   surrogate=surrogate)
   assert float(weighted) == pytest.approx(float(repeated), rel=1e-5)
 
 
@@ -190,7 +194,8 @@ def test_gradient_is_zero_off_the_mask_even_with_garbage_padding(ratio):
   old = np.where(mask, old, np.nan).astype(np.float32)
 
   def loss_fn(lp):
-    return losses.policy_loss(lp, old, adv, mask, ratio=ratio, ref_logp=ref, kl_coef=0.1)[0]
+    return losses.policy_loss(lp, old, adv, mask, ref_logp=ref,
+                              surrogate=losses.Surrogate(ratio=ratio, kl_coef=0.1))[0]
 
   loss, grad = jax.value_and_grad(loss_fn)(logp)
   grad = np.asarray(grad)
@@ -205,7 +210,8 @@ def test_sequence_ratio_gradient_flows_per_token():
   logp = np.array([[0.1, -0.05, 0.02, 9.0], [0.0] * 4], np.float32)
   mask = np.array([[1, 1, 1, 0], [0, 0, 0, 0]], bool)
   adv = np.array([0.7, 1.0], np.float32)
-  grad = jax.grad(lambda lp: losses.policy_loss(lp, old, adv, mask, ratio="sequence")[0])(
+  sequence = losses.Surrogate(ratio="sequence")
+  grad = jax.grad(lambda lp: losses.policy_loss(lp, old, adv, mask, surrogate=sequence)[0])(
       logp)
   rho = math.exp((0.1 - 0.05 + 0.02) / 3)
   np.testing.assert_allclose(np.asarray(grad)[0], [-0.7 * rho / 3] * 3 + [0.0], rtol=1e-5)
@@ -233,9 +239,11 @@ def test_kl_estimators_match_closed_forms():
 
 def test_kl_penalty_adds_coef_times_token_mean_kl():
   logp, old, ref, adv, mask, _ = _batch(seed=12, empty_rows=())
-  base, _ = losses.policy_loss(logp, old, adv, mask, aggregation="token_mean")
-  with_kl, metrics = losses.policy_loss(logp, old, adv, mask, aggregation="token_mean",
-                                        ref_logp=ref, kl_coef=0.25, kl_estimator="k2")
+  base, _ = losses.policy_loss(logp, old, adv, mask,
+                               surrogate=losses.Surrogate(aggregation="token_mean"))
+  with_kl, metrics = losses.policy_loss(
+      logp, old, adv, mask, ref_logp=ref,
+      surrogate=losses.Surrogate(aggregation="token_mean", kl_coef=0.25, kl_estimator="k2"))
   kl = 0.5 * (ref.astype(np.float64) - logp) ** 2
   token_mean_kl = kl[mask].mean()
   assert float(metrics["kl"]) == pytest.approx(token_mean_kl, rel=1e-5)
@@ -245,7 +253,8 @@ def test_kl_penalty_adds_coef_times_token_mean_kl():
 
 def test_identical_policies_give_unit_ratio_and_zero_kl():
   logp, _, _, adv, mask, _ = _batch(seed=4)
-  loss, metrics = losses.policy_loss(logp, logp, adv, mask, ref_logp=logp, kl_coef=1.0)
+  loss, metrics = losses.policy_loss(logp, logp, adv, mask, ref_logp=logp,
+                                     surrogate=losses.Surrogate(kl_coef=1.0))
   assert float(metrics["approx_kl"]) == 0.0 and float(metrics["kl"]) == 0.0
   assert float(metrics["ratio_min"]) == float(metrics["ratio_max"]) == 1.0
   counted = mask.any(-1)
@@ -267,7 +276,7 @@ def test_registered_aggregation_is_used():
       del max_len
       return jnp.sum(weights * jnp.sum(token_loss * mask, -1)), jnp.float32(1.0)
 
-  loss, _ = losses.policy_loss(LOGP, OLD, ADV, MASK, aggregation=name)
+  loss, _ = losses.policy_loss(LOGP, OLD, ADV, MASK, surrogate=losses.Surrogate(aggregation=name))
   assert float(loss) == pytest.approx(-2.28 + 6.1, rel=1e-5)
 
 
@@ -280,15 +289,15 @@ def test_bad_inputs_name_the_argument():
   with pytest.raises(ValueError, match="loss_mask"):
     losses.policy_loss(**dict(ok, loss_mask=np.ones(3)))
   with pytest.raises(ValueError, match="ref_logp"):
-    losses.policy_loss(**ok, kl_coef=0.1)
+    losses.policy_loss(**ok, surrogate=losses.Surrogate(kl_coef=0.1))
   with pytest.raises(ValueError, match="loss aggregation"):
-    losses.policy_loss(**ok, aggregation="mean")
+    losses.policy_loss(**ok, surrogate=losses.Surrogate(aggregation="mean"))
   with pytest.raises(ValueError, match="ratio"):
-    losses.policy_loss(**ok, ratio="seq")
+    losses.policy_loss(**ok, surrogate=losses.Surrogate(ratio="seq"))
   with pytest.raises(ValueError, match="clip_ratio_c"):
-    losses.policy_loss(**ok, clip_ratio_c=0.5)
+    losses.policy_loss(**ok, surrogate=losses.Surrogate(clip_ratio_c=0.5))
   with pytest.raises(ValueError, match="clip_low"):
-    losses.policy_loss(**ok, clip_low=1.5)
+    losses.policy_loss(**ok, surrogate=losses.Surrogate(clip_low=1.5))
   with pytest.raises(ValueError, match="weights"):
     losses.policy_loss(**ok, weights=np.array([1.0, -1.0, 1.0]))
   with pytest.raises(ValueError, match="kl_estimator"):

@@ -19,6 +19,7 @@ from flax import nnx
 
 from mgrpo_jax.agents import (
   AgentLimits,
+  InProcessSubAgentClient,
   OraclePolicy,
   RolloutConfig,
   SamplerPolicy,
@@ -72,9 +73,9 @@ def _service(env, cache, gate, keep=1):
   registry, _, tokenizer, model = env
   policy = SamplerPolicy(Sampler(model, tokenizer))
   versions = WeightVersions(keep=keep)
-  service = SubAgentService(
-      policy, nnx.graphdef(model), tokenizer, registry, CONFIG, versions, cache, gate,
-      spec=SUB_SPEC, rollout_policy=OraclePolicy(OracleSubAgent(), tokenizer, version=0))
+  client = InProcessSubAgentClient(OraclePolicy(OracleSubAgent(), tokenizer, version=0),
+                                   tokenizer, registry, CONFIG, spec=SUB_SPEC)
+  service = SubAgentService(policy, nnx.graphdef(model), client, versions, cache, gate)
   return service, versions, policy, nnx.state(model, nnx.Param)
 
 

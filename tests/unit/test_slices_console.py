@@ -13,7 +13,7 @@ from mgrpo_jax.metrics.report import file_lines
 from mgrpo_jax.scale import writers
 from mgrpo_jax.slices import run
 from mgrpo_jax.slices.common import Timer
-from mgrpo_jax.slices.runtime import step_line
+from mgrpo_jax.slices.step_log import step_line
 from mgrpo_jax.training import data
 
 # A main and a sub step of the paper comparison's metrics.jsonl (step 80 of 80).

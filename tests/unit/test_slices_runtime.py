@@ -16,15 +16,15 @@ def test_step_settings_read_the_config():
   assert (settings.seed, settings.run_id, settings.num_steps) == (7, "r1", 4)
   assert (settings.num_queries, settings.num_rollouts, settings.num_slots) == (3, 5, 2)
   assert (settings.staleness, settings.wait_timeout_s) == (1, 9.5)
-  assert settings.advantage.std == "unbiased" and settings.weights.a1 == 0.2
+  assert settings.credit.advantage.std == "unbiased" and settings.credit.weights.a1 == 0.2
 
 
 def test_reward_weights_are_the_configs():
   config = base_config()
-  assert StepSettings.from_config(config).weights == RewardWeights(
+  assert StepSettings.from_config(config).credit.weights == RewardWeights(
       a1=0.1, a2=0.9, b1=0.1, b2=0.4, b3=0.5, sub_reward="paper")
   apply_overrides(config, {"rewards.b1": 0.2, "rewards.b2": 0.3, "rewards.b3": 0.25})
-  weights = StepSettings.from_config(config).weights
+  weights = StepSettings.from_config(config).credit.weights
   assert (weights.b1, weights.b2, weights.b3) == (0.2, 0.3, 0.25)
 
 

@@ -18,6 +18,8 @@ from mgrpo_jax.slices import step_math
 
 WEIGHTS = RewardWeights()
 ADV = step_math.AdvantageConfig()
+CREDIT = step_math.CreditConfig(weights=WEIGHTS, advantage=ADV)
+PACKING = step_math.Packing(pad_id=0, buckets=(16,))
 
 
 def _trajectory(seed: int, ok: bool, length: int = 7) -> Trajectory:
@@ -115,9 +117,9 @@ def test_aligned_sub_step_gathers_and_normalizes_per_query(mode):
   main_reward = np.where(correct > 0, 1.0, 0.1).astype(np.float32)
   key = jax.random.key(7)
   d = 4
-  out = step_math.aligned_sub_step(indexed, main_reward, correct, counts, num_slots=d, key=key,
-                                   mode=mode, weights=WEIGHTS, advantage=ADV, pad_id=0,
-                                   buckets=(16,))
+  aligned = step_math.SlotAlignment(num_slots=d, mode=mode, key=key)
+  out = step_math.aligned_sub_step(indexed, main_reward, correct, counts, alignment=aligned,
+                                   credit=CREDIT, packing=PACKING)
   index, valid = (np.asarray(x) for x in alignment.align_indices(counts, d, key, mode=mode))
   reference = np.zeros(index.shape, np.float32)
   for q, k, j in zip(*np.nonzero(valid), strict=True):
@@ -140,9 +142,9 @@ def test_aligned_sub_step_gathers_and_normalizes_per_query(mode):
     else:
       assert out.batch.weights[row] == 0.0 and out.batch.loss_mask[row].sum() == 0
   # With row buckets: one row per distinct call, weighted by its slots, same advantages.
-  merged = step_math.aligned_sub_step(indexed, main_reward, correct, counts, num_slots=d,
-                                      key=key, mode=mode, weights=WEIGHTS, advantage=ADV,
-                                      pad_id=0, buckets=(16,), row_buckets=(6, 12, 24))
+  merged = step_math.aligned_sub_step(
+      indexed, main_reward, correct, counts, alignment=aligned, credit=CREDIT,
+      packing=step_math.Packing(pad_id=0, buckets=(16,), row_buckets=(6, 12, 24)))
   np.testing.assert_array_equal(merged.advantages, out.advantages)
   slots_of = {}
   for q, k, j in zip(*np.nonzero(valid), strict=True):
@@ -163,8 +165,7 @@ def test_arrival_grouping_is_fifo_in_groups_of_k_times_d():
   order = sorted(indexed, key=lambda key: (key[2], key[0], key[1]))
   correct = np.array([[1, 0], [0, 0]], np.float32)
   out = step_math.arrival_sub_step([(k, indexed[k]) for k in order], correct, num_queries=2,
-                                   group_size=2, weights=WEIGHTS, advantage=ADV, pad_id=0,
-                                   buckets=(16,))
+                                   group_size=2, credit=CREDIT, packing=PACKING)
   kept = order[:4]  # N = Q * G = 4 rows; the other 2 calls are dropped
   reference = np.array([indexed[k].trajectory.format_ok * (
       0.1 + 0.4 * correct[k[0], k[1]] + 0.5 * indexed[k].expert) for k in kept], np.float32)
@@ -187,8 +188,8 @@ def test_arrival_rows_without_the_empty_ones_fill_a_row_bucket():
   order = sorted(indexed, key=lambda key: (key[2], key[0], key[1]))
   correct = np.array([[1, 0], [0, 0]], np.float32)
   full, compact = (step_math.arrival_sub_step(
-      [(k, indexed[k]) for k in order], correct, num_queries=2, group_size=4,
-      weights=WEIGHTS, advantage=ADV, pad_id=0, buckets=(16,), row_buckets=buckets)
+      [(k, indexed[k]) for k in order], correct, num_queries=2, group_size=4, credit=CREDIT,
+      packing=step_math.Packing(pad_id=0, buckets=(16,), row_buckets=buckets))
       for buckets in (None, (2, 4, 6, 8)))
   assert full.batch.shape == (8, 16) and compact.batch.shape == (4, 16)  # 3 calls
   for name in ("ids", "loss_mask", "old_logp", "advantages", "weights"):
@@ -206,8 +207,8 @@ def test_queued_step_normalizes_consecutive_groups_of_calls_from_any_step():
       [(True, 1.0, 1.0), (True, 0.5, 0.0), (False, 1.0, 1.0), (True, 0.0, 0.0),
        (True, 1.0, 0.0)])]
   made = [_scored(9, True, 0.5, 1.0)]
-  out = step_math.queued_sub_step(calls, made, num_rows=6, group_size=2, weights=WEIGHTS,
-                                  advantage=ADV, pad_id=0, buckets=(16,))
+  out = step_math.queued_sub_step(calls, made, num_rows=6, group_size=2, credit=CREDIT,
+                                  packing=PACKING)
   # R_S = format * (0.1 + 0.4 correct_M + 0.5 r_expert) of each call's own rollout.
   reference = np.array([c.trajectory.format_ok * (0.1 + 0.4 * c.main_correct
                                                   + 0.5 * c.expert) for c in calls])
@@ -222,13 +223,13 @@ def test_queued_step_normalizes_consecutive_groups_of_calls_from_any_step():
 
 
 def test_queued_step_of_an_empty_queue_has_no_loss_token_and_rejects_ragged_groups():
-  out = step_math.queued_sub_step([], [], num_rows=4, group_size=2, weights=WEIGHTS,
-                                  advantage=ADV, pad_id=0, buckets=(16,))
+  out = step_math.queued_sub_step([], [], num_rows=4, group_size=2, credit=CREDIT,
+                                  packing=PACKING)
   assert not out.valid.any() and not out.batch.loss_mask.any() and out.num_calls == 0
   assert step_math.sub_step_scalars(out)["sub/reward_made_mean"] == 0.0
   with pytest.raises(ValueError, match="groups of 3"):
-    step_math.queued_sub_step([], [], num_rows=4, group_size=3, weights=WEIGHTS,
-                              advantage=ADV, pad_id=0, buckets=(16,))
+    step_math.queued_sub_step([], [], num_rows=4, group_size=3, credit=CREDIT,
+                              packing=PACKING)
 
 
 def test_call_rewards_take_the_configs_preset_and_weights():

@@ -9,7 +9,6 @@ import types
 import numpy as np
 import pytest
 
-from mgrpo_jax import plugins
 from mgrpo_jax.agents.scoring import score
 from mgrpo_jax.config import apply_overrides, base_config
 from mgrpo_jax.config.modes import parse_mode
@@ -26,7 +25,7 @@ COUNTS = np.array([[1, 2, 0], [4, 1, 3]])
 CORRECT = np.array([[1, 0, 0], [1, 1, 0]], np.float32)
 QUESTIONS = {q: types.SimpleNamespace(id=q, text=f"text {q}", answer="gold", type="lookup")
              for q in QUERY_IDS}
-WEIGHTS, ADVANTAGE = RewardWeights(), step_math.AdvantageConfig()
+CREDIT = step_math.CreditConfig(weights=RewardWeights(), advantage=step_math.AdvantageConfig())
 
 
 def _judge(question, subtask, report) -> float:
@@ -43,17 +42,16 @@ def _step(mode: str, served: bool = True):
           for q, qid in enumerate(QUERY_IDS) for k in range(COUNTS.shape[1])]
   sub = [sub_record(qid, k, i) for q, qid in enumerate(QUERY_IDS)
          for k in range(COUNTS.shape[1]) for i in range(COUNTS[q, k])] if served else []
-  grid = step_math.main_grid(main, QUERY_IDS, COUNTS.shape[1])
-  reward = plugins.main_rewards(grid["format_ok"], grid["correct"], WEIGHTS)
-  return config, main, sub, grid, reward, step_math.main_advantages(reward, ADVANTAGE)
+  assert step_math.CreditConfig.from_config(config) == CREDIT  # the page's credit
+  return config, main, sub, step_math.MainStep.score(main, QUERY_IDS, COUNTS.shape[1], CREDIT)
 
 
 def _credit(mode: str, served: bool = True):
-  config, main, sub, grid, reward, advantage = _step(mode, served)
+  config, main, sub, outcome = _step(mode, served)
   if sub:
     _, sub = score(main, sub, QUESTIONS, ExactMatchJudge(), _judge)
-  return step_pages.step_credit(config, parse_mode(mode), 5, QUERY_IDS, sub, grid, reward,
-                                advantage, WEIGHTS, ADVANTAGE), (config, sub, grid, reward)
+  return (step_pages.step_credit(config, parse_mode(mode), 5, outcome, sub),
+          (config, sub, outcome.grid, outcome.reward))
 
 
 def test_slot_alignment_names_kept_duplicated_and_dropped_calls():
@@ -69,13 +67,14 @@ def test_credit_is_the_sub_slices_alignment_and_advantages():
   (credit, note), (config, sub, grid, reward) = _credit("mgrpo")
   assert note == ""
   indexed = step_math.index_sub_records(sub, QUERY_IDS, COUNTS)
-  key = agent_setup.step_key(int(config.experiment.seed), "align", 5)
+  alignment = step_math.SlotAlignment(
+      num_slots=3, mode="duplicate_drop",
+      key=agent_setup.step_key(int(config.experiment.seed), "align", 5))
   reference = step_math.aligned_sub_step(
-      indexed, reward, grid["correct"], COUNTS, num_slots=3, key=key,
-      mode="duplicate_drop", weights=WEIGHTS, advantage=ADVANTAGE, pad_id=0, buckets=(16,))
-  aligned = step_math.sub_credit(indexed, reward, grid["correct"], COUNTS, num_slots=3,
-                                 key=key, mode="duplicate_drop", weights=WEIGHTS,
-                                 advantage=ADVANTAGE)
+      indexed, reward, grid["correct"], COUNTS, alignment=alignment, credit=CREDIT,
+      packing=step_math.Packing(pad_id=0, buckets=(16,)))
+  aligned = step_math.sub_credit(indexed, reward, grid["correct"], COUNTS, alignment=alignment,
+                                 credit=CREDIT)
   slot_adv = reference.advantages.reshape(2, 3, 3)
   assert len(credit.sub) == COUNTS.sum()
   for q, k in np.ndindex(*COUNTS.shape):
@@ -96,7 +95,7 @@ def test_credit_is_the_sub_slices_alignment_and_advantages():
   for q, k in np.ndindex(*COUNTS.shape):
     r_m, a_m = credit.main[(QUERY_IDS[q], k)]
     assert r_m == pytest.approx(reward[q, k])
-    assert a_m == pytest.approx(step_math.main_advantages(reward, ADVANTAGE)[q, k])
+    assert a_m == pytest.approx(step_math.main_advantages(reward, CREDIT.advantage)[q, k])
 
 
 @pytest.mark.parametrize("mode, says", [("frozen_sub", "frozen"),
@@ -115,11 +114,10 @@ def test_a_restarted_step_without_s_records_shows_m_only():
 
 
 def test_the_page_shows_every_rollout_with_its_credit(tmp_path):
-  config, main, sub, grid, reward, advantage = _step("mgrpo")
+  config, main, sub, outcome = _step("mgrpo")
   paths = RunPaths.from_config(config, str(tmp_path))
-  step_pages.write_step_page(config, paths, parse_mode("mgrpo"), 5, QUERY_IDS, main, sub,
-                             QUESTIONS, _judge, grid=grid, main_reward=reward,
-                             main_advantage=advantage, weights=WEIGHTS, advantage=ADVANTAGE)
+  step_pages.write_step_page(config, paths, parse_mode("mgrpo"), 5, outcome, main, sub,
+                             step_math.Scoring(QUESTIONS, _judge))
   assert [p.name for p in (tmp_path / "report").iterdir()] == ["rl_step_00005.html"]
   html = (tmp_path / "report" / "rl_step_00005.html").read_text()
   assert html.count('<article class="rollout') == COUNTS.size

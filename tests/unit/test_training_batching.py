@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mgrpo_jax.core.alignment import align_indices
-from mgrpo_jax.core.losses import AGGREGATIONS, policy_loss
+from mgrpo_jax.core.losses import AGGREGATIONS, Surrogate, policy_loss
 from mgrpo_jax.training import TokenSequence, TrainBatch, aligned_batch, pack_sequences
 from mgrpo_jax.training.batching import row_buckets
 
@@ -168,7 +168,7 @@ def _loss_and_shift_grad(batch, shift, aggregation):
   def objective(shift):
     logp = jnp.where(batch.loss_mask > 0, batch.old_logp + shift * jnp.cos(batch.ids), 0.0)
     return policy_loss(logp, batch.old_logp, batch.advantages, batch.loss_mask,
-                       weights=batch.weights, aggregation=aggregation)
+                       weights=batch.weights, surrogate=Surrogate(aggregation=aggregation))
 
   return jax.value_and_grad(objective, has_aux=True)(shift)
 

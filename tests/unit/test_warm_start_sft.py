@@ -15,6 +15,7 @@ from flax import nnx
 from mgrpo_jax.agents import AgentLimits, RolloutConfig, protocol
 from mgrpo_jax.models import get_config, init_model, token_logprobs
 from mgrpo_jax.tasks import pages, questions, world
+from mgrpo_jax.tasks.oracle import OracleMainAgent, OracleSubAgent
 from mgrpo_jax.tasks.oracle.noise import MainNoise, SubNoise
 from mgrpo_jax.text import SentencePieceTokenizer
 from mgrpo_jax.tools import SearchIndex, default_registry
@@ -81,8 +82,9 @@ def test_demonstrations_are_the_records_sampled_tokens(env):
     assert seq.ids[np.flatnonzero(seq.loss_mask)[-1]] == tokenizer.eos_id
   # The noise is systematic and present: a clean oracle gives other trajectories.
   clean = demonstrations.collect_demonstrations(
-    tokenizer, registry, CONFIG, qs, main_noise=MainNoise(rate=0.0),
-    sub_noise=SubNoise(rate=0.0))
+    tokenizer, registry, CONFIG, qs, demonstrators=demonstrations.Demonstrators(
+        main_oracle=OracleMainAgent(MainNoise(rate=0.0)),
+        sub_oracle=OracleSubAgent(SubNoise(rate=0.0))))
   noisy_ids = [s.ids.tolist() for s in demos.main]
   clean_ids = [s.ids.tolist() for s in clean.main]
   assert sum(a != b for a, b in zip(noisy_ids, clean_ids, strict=True)) >= 1
@@ -100,8 +102,9 @@ def test_each_agent_demonstrations_are_in_its_own_tokenizer(env, tmp_path):
   # More ids than M's: S's turns stay within max_new_tokens, so M sees the same reports.
   sub_tokenizer = SentencePieceTokenizer.train(corpus, tmp_path, 1000)
   assert sub_tokenizer.vocab_size != tokenizer.vocab_size
-  mixed = demonstrations.collect_demonstrations(tokenizer, registry, CONFIG, qs,
-                                            sub_tokenizer=sub_tokenizer)
+  mixed = demonstrations.collect_demonstrations(
+      tokenizer, registry, CONFIG, qs,
+      demonstrators=demonstrations.Demonstrators(sub_tokenizer=sub_tokenizer))
   sub_only = demonstrations.collect_demonstrations(sub_tokenizer, registry, CONFIG, qs)
   assert [s.ids.tolist() for s in mixed.main] == [s.ids.tolist() for s in demos.main]
   assert [s.ids.tolist() for s in mixed.sub] == [s.ids.tolist() for s in sub_only.sub]
