@@ -1,11 +1,15 @@
 """Alignment where it acts: the delegation mix (configs/local_demo.py:delegations: 1-6 S
-calls per rollout), 3 ways to batch S's calls x 2 values of D x 3 seeds = 18 runs.
+calls per rollout), 4 ways to batch S's calls x 2 values of D x 3 seeds = 24 runs.
 
   python launch/sweep.py --sweep=configs/sweeps/alignment_mix.py --parallel=2
   python launch/compare.py --workdir=runs/alignment_mix --group_by=experiment.name
 
   duplicate_drop-d<D>  the paper's alignment: calls of a rollout duplicated up to D, or D
                        of them kept (`mgrpo.alignment=duplicate_drop`)
+  duplicate_call-d<D>  the paper's alignment and statistics, each kept call weighing 1 in
+                       S's loss instead of its number of slots
+                       (`mgrpo.duplicate_weight=call`): separates the two parts of
+                       duplication, the group's mean and std and the loss's weights
   mask-d<D>            the paper's masking alternative: missing slots empty
   no_alignment-d<D>    S's calls in arrival order, groups of K*D consecutive calls
 
@@ -19,6 +23,8 @@ SLOTS = (6, 3)
 SEEDS = (0, 1, 2)
 BATCHING = {
     "duplicate_drop": {"experiment.mode": "mgrpo", "mgrpo.alignment": "duplicate_drop"},
+    "duplicate_call": {"experiment.mode": "mgrpo", "mgrpo.alignment": "duplicate_drop",
+                       "mgrpo.duplicate_weight": "call"},
     "mask": {"experiment.mode": "mgrpo", "mgrpo.alignment": "mask"},
     "no_alignment": {"experiment.mode": "no_alignment"},
 }

@@ -343,6 +343,10 @@ SPEC: dict[str, Any] = {
         "aligned_sub_calls": Field(8, "D: aligned sub-trajectory slots per rollout.", low=1),
         "alignment": Field("duplicate_drop", "How variable sub-call counts become D slots "
                            "(`core.alignment.MODES`).", choices=ALIGNMENT_MODES),
+        "duplicate_weight": Field("slots", "A kept S call's weight in S's loss: 'slots' "
+                                  "(the paper: its number of slots) or 'call' (1; its "
+                                  "duplicates still enter the group's mean and std).",
+                                  choices=("slots", "call")),
         "max_sub_calls": Field(16, "Sub-agent calls per rollout at most.", low=1),
         "advantage_std": Field("population", "Std of the group normalization.",
                                choices=("population", "unbiased")),

@@ -86,11 +86,16 @@ class SlotAlignment:
     num_slots: D, slots per rollout.
     mode: "duplicate_drop" or "mask".
     key: the step's alignment key (which calls are duplicated or dropped).
+    duplicate_weight: a kept call's weight in S's loss: "slots" (the paper: a call in m
+      slots weighs m, so every rollout with a call weighs D and a call of a rollout of
+      c <= D calls about D / c) or "call" (each kept call weighs 1; its duplicates still
+      enter mu_{q,S} and sigma_{q,S}).
   """
 
   num_slots: int
   mode: str
   key: jax.Array
+  duplicate_weight: str = "slots"
 
   @classmethod
   def of_step(cls, config: Any, step: int) -> SlotAlignment:
@@ -98,7 +103,8 @@ class SlotAlignment:
     `mgrpo.alignment`, the key from (experiment.seed, t)): the same in both slices."""
     return cls(num_slots=int(config.mgrpo.aligned_sub_calls),
                mode=str(config.mgrpo.alignment),
-               key=agent_setup.step_key(int(config.experiment.seed), "align", step))
+               key=agent_setup.step_key(int(config.experiment.seed), "align", step),
+               duplicate_weight=str(config.mgrpo.duplicate_weight))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -350,9 +356,26 @@ def aligned_sub_step(records: Mapping[tuple[int, int, int], SubRecord],
   batch = aligned_batch(sequences, slots.index, slots.valid, slots.advantages,
                         buckets=packing.buckets, row_buckets=packing.row_buckets,
                         pad_id=packing.pad_id)
+  if alignment.duplicate_weight == "call":
+    batch = dataclasses.replace(batch, weights=_one_weight_per_call(
+        slots, batch.weights, merged=packing.row_buckets is not None))
   return SubStep(batch, slots.rewards.reshape(-1), slots.advantages.reshape(-1),
                  slots.valid.reshape(-1), len(records),
                  np.array(list(slots.call_rewards.values()), np.float32))
+
+
+def _one_weight_per_call(slots: SubCredit, weights: np.ndarray, *, merged: bool
+                         ) -> np.ndarray:
+  """S's row weights [N] with each kept call weighing 1 (`SlotAlignment.duplicate_weight`
+  "call"): a `merged` batch's row of weight m (one row per distinct call, in m slots)
+  gets 1; a per-slot batch's N = Q*K*D rows get 1/m each."""
+  if merged:
+    return (weights > 0).astype(np.float32)
+  calls = np.where(slots.valid, slots.index, -1)
+  per_slot = np.zeros(slots.valid.shape, np.float32)
+  for q, k, j in zip(*np.nonzero(slots.valid), strict=True):
+    per_slot[q, k, j] = 1.0 / np.count_nonzero(calls[q, k] == calls[q, k, j])
+  return per_slot.reshape(-1)
 
 
 def arrival_sub_step(records_in_arrival_order: Sequence[tuple[tuple[int, int, int], SubRecord]],

@@ -102,10 +102,13 @@ def test_the_other_comparison_tables_share_its_workdir_and_warm_starts():
   assert staleness["unsynchronized-s0"]["experiment.mode"] == "unsynchronized"
 
 
-def test_alignment_mix_batches_the_delegation_mix_three_ways_at_two_d():
+def test_alignment_mix_batches_the_delegation_mix_four_ways_at_two_d():
   sweep = load_sweep("configs/sweeps/alignment_mix.py", root=ROOT)
-  assert sweep.base_config == "configs/local_demo.py:delegations" and len(sweep.runs) == 18
+  assert sweep.base_config == "configs/local_demo.py:delegations" and len(sweep.runs) == 24
   by_name = {run.name: dict(run.overrides) for run in sweep.runs}
+  assert by_name["duplicate_call-d6-s1"]["mgrpo.alignment"] == "duplicate_drop"
+  assert by_name["duplicate_call-d6-s1"]["mgrpo.duplicate_weight"] == "call"
+  assert "mgrpo.duplicate_weight" not in by_name["duplicate_drop-d6-s1"]
   assert by_name["mask-d3-s2"]["mgrpo.alignment"] == "mask"
   assert by_name["mask-d3-s2"]["mgrpo.aligned_sub_calls"] == 3
   assert by_name["no_alignment-d6-s0"]["experiment.mode"] == "no_alignment"

@@ -6,6 +6,8 @@ References are straightforward numpy re-implementations of the paper's equations
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
@@ -155,6 +157,40 @@ def test_aligned_sub_step_gathers_and_normalizes_per_query(mode):
     assert merged.batch.weights[row] == len(slot_rows)
     assert merged.batch.advantages[row] == out.batch.advantages[slot_rows[0]]
   assert not merged.batch.weights[len(slots_of):].any()
+
+
+def test_call_weighting_gives_each_kept_call_one_unit_of_loss_and_keeps_the_advantages():
+  """`mgrpo.duplicate_weight = call`: the slots' advantages (duplicates in mu and sigma) are
+  the paper's, but a call in m slots weighs 1 in S's loss (1/m per slot row, 1 per merged
+  row): the per-slot batch's loss is then the loss of the distinct calls, each once."""
+  counts = np.array([[3, 0, 1], [1, 2, 5]])
+  ids = ["q0", "q1"]
+  indexed = step_math.index_sub_records(_sub_records(counts, ids), ids, counts)
+  correct = np.array([[1, 0, 0], [0, 1, 1]], np.float32)
+  main_reward = np.where(correct > 0, 1.0, 0.1).astype(np.float32)
+  paper = step_math.SlotAlignment(num_slots=4, mode="duplicate_drop", key=jax.random.key(7))
+  per_call = dataclasses.replace(paper, duplicate_weight="call")
+  merged_packing = step_math.Packing(pad_id=0, buckets=(16,), row_buckets=(6, 12, 24))
+  out = {}
+  for name, aligned in (("slots", paper), ("call", per_call)):
+    for packing in (PACKING, merged_packing):
+      out[name, packing.row_buckets is not None] = step_math.aligned_sub_step(
+          indexed, main_reward, correct, counts, alignment=aligned, credit=CREDIT,
+          packing=packing)
+  np.testing.assert_array_equal(out["call", False].advantages, out["slots", False].advantages)
+  index, valid = (np.asarray(x) for x in alignment.align_indices(counts, 4, jax.random.key(7)))
+  rows_of = {}
+  for q, k, j in zip(*np.nonzero(valid), strict=True):
+    rows_of.setdefault((q, k, index[q, k, j]), []).append((q * 3 + k) * 4 + j)
+  weights = out["call", False].batch.weights
+  for rows in rows_of.values():
+    np.testing.assert_allclose(weights[rows], 1.0 / len(rows))
+  assert weights.sum() == pytest.approx(len(rows_of))
+  assert out["slots", False].batch.weights.sum() == valid.sum() > len(rows_of)
+  merged = out["call", True].batch
+  np.testing.assert_array_equal(merged.ids, out["slots", True].batch.ids)
+  assert merged.weights.tolist() == [1.0] * len(rows_of) + [0.0] * (
+      merged.weights.size - len(rows_of))
 
 
 def test_arrival_grouping_is_fifo_in_groups_of_k_times_d():
