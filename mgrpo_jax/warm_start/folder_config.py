@@ -34,7 +34,8 @@ NOT_WARM_STARTED = (
     "experiment.compilation_cache_dir", "logging.", "eval.", "serving.", "store.",
     "checkpoint.", "rewards.", "curriculum.", "warm_start.dir",
     "mgrpo.queries_per_step", "mgrpo.rollouts_per_query", "mgrpo.aligned_sub_calls",
-    "mgrpo.alignment", "mgrpo.advantage_std", "mgrpo.advantage_eps", "mgrpo.staleness",
+    "mgrpo.alignment", "mgrpo.duplicate_weight", "mgrpo.advantage_std",
+    "mgrpo.advantage_eps", "mgrpo.staleness",
     "mgrpo.queue_calls", "mgrpo.queue_group",
     *(f"{role}.{group}" for role in ("main", "sub")
       for group in ("optim.", "loss.", "mesh.", "sampling.", "model.init_checkpoint",
