@@ -53,7 +53,7 @@ import dataclasses
 import functools
 import json
 import pathlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -69,8 +69,10 @@ from mgrpo_jax.scale.writers import log
 from mgrpo_jax.tasks.judges import ExactMatchJudge, ExpertJudge
 from mgrpo_jax.tasks.oracle import Action
 from mgrpo_jax.tasks.renderings import NATURAL, Rendering
+from mgrpo_jax.text import Tokenizer
 from mgrpo_jax.tools import TaskRoutedRegistry, ToolRegistry
 from mgrpo_jax.training import agent_setup
+from mgrpo_jax.training.agent_config import AgentSetup
 from mgrpo_jax.training.checkpoint import AgentCheckpointer, restore_params
 from mgrpo_jax.training.data import ensure_world, load_questions, noisy_oracles, world_rendering
 from mgrpo_jax.warm_start.demonstrations import Demonstrators, collect_demonstrations
@@ -257,10 +259,13 @@ class Source:
       raise ValueError(f"Source.kind must be 'params' or 'state', got {self.kind!r}")
 
 
-def load_agent(config, role: str, root: pathlib.Path, source: Source) -> Agent:
-  section = config[role]
-  model, tokenizer = agent_setup.build_model(section, role, root, config)
-  trainer = agent_setup.create_agent_state(model, section, role, config)
+def load_agent(setup: AgentSetup, world_tokenizer: Callable[[], Tokenizer], source: Source
+               ) -> Agent:
+  """The agent `setup` describes with the weights `source` names, sampling as it does in
+  RL (`world_tokenizer`: as `agent_setup.build_model` takes it)."""
+  role = setup.role
+  model, tokenizer = agent_setup.build_model(setup, world_tokenizer)
+  trainer = agent_setup.create_agent_state(model, setup)
   if source.kind == "params":
     params, _ = restore_params(source.directory, trainer.layout.abstract.params)
   else:
@@ -273,7 +278,7 @@ def load_agent(config, role: str, root: pathlib.Path, source: Source) -> Agent:
             + ("" if source.step is None else f" at step <= {source.step}"))
       params = checkpointer.restore(steps[-1])[0].params
   policy = agent_setup.sampler_policy(trainer.layout.merge(params), tokenizer,
-                                      section)
+                                      setup.sampling)
   return Agent(policy, tokenizer)
 
 
@@ -314,10 +319,12 @@ def evaluate_sources(config, root: str | pathlib.Path, sources: dict[str, Source
   questions = load_questions(world_path, config.world, str(config.world.stage),
                              split=split)[:int(config.eval.num_questions)]
   registry = agent_setup.tool_registry(world_path, config, world=_SPLIT_WORLDS[split])
-  main = load_agent(config, "main", root, sources["main"])
+  tokenizer = functools.partial(agent_setup.world_tokenizer, root, config)
+  main = load_agent(AgentSetup.from_config(config, "main"), tokenizer, sources["main"])
   sub = None
   if mode.sub_agent:
-    sub = main if mode.shared else load_agent(config, "sub", root, sources["sub"])
+    sub = main if mode.shared else load_agent(AgentSetup.from_config(config, "sub"),
+                                              tokenizer, sources["sub"])
   main_spec, sub_spec = agent_setup.agent_specs(config)
   setup = EvalSetup(mode=mode, registry=registry,
                     rollout_config=agent_setup.rollout_config(config), questions=questions,

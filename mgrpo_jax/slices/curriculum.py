@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import json
 import pathlib
 
@@ -41,6 +42,7 @@ from mgrpo_jax.evaluation import held_out
 from mgrpo_jax.scale.writers import log
 from mgrpo_jax.tasks.questions import low_success_filter
 from mgrpo_jax.training import agent_setup
+from mgrpo_jax.training.agent_config import AgentSetup
 from mgrpo_jax.training.checkpoint import AgentCheckpointer, save_params
 from mgrpo_jax.training.data import ensure_world, question_mixture, world_rendering
 from mgrpo_jax.training.paths import RunPaths
@@ -136,10 +138,12 @@ def success_rates(config, root: pathlib.Path, tasks, sources: dict[str, held_out
   (so a chunk's sampling programs are RL's, and no batch outgrows the sampler's buckets),
   each chunk with its own key."""
   mode = parse_mode(str(config.experiment.mode))
-  main = held_out.load_agent(config, "main", root, sources["main"])
+  tokenizer = functools.partial(agent_setup.world_tokenizer, root, config)
+  main = held_out.load_agent(AgentSetup.from_config(config, "main"), tokenizer, sources["main"])
   sub = None
   if mode.sub_agent:
-    sub = main if mode.shared else held_out.load_agent(config, "sub", root, sources["sub"])
+    sub = main if mode.shared else held_out.load_agent(AgentSetup.from_config(config, "sub"),
+                                                       tokenizer, sources["sub"])
   main_spec, sub_spec = agent_setup.agent_specs(config)
   setup = held_out.EvalSetup(mode=mode, registry=tasks.registry,
                              rollout_config=agent_setup.rollout_config(config),
@@ -163,8 +167,10 @@ def _export_final_params(config, role: str, paths: RunPaths, out: pathlib.Path) 
   """The newest RL checkpoint of `role` as a parameter checkpoint in `out` (kept)."""
   if (out / "0").exists():
     return
-  model, _ = agent_setup.build_model(config[role], role, paths.local, config)
-  trainer = agent_setup.create_agent_state(model, config[role], role, config)
+  setup = AgentSetup.from_config(config, role)
+  model, _ = agent_setup.build_model(
+      setup, functools.partial(agent_setup.world_tokenizer, paths.local, config))
+  trainer = agent_setup.create_agent_state(model, setup)
   with AgentCheckpointer(paths.checkpoints(role), trainer.layout) as checkpointer:
     restored = checkpointer.restore()
   if restored is None:

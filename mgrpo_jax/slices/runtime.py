@@ -12,6 +12,7 @@ records, caches, metrics, log lines); checkpoint saves and restores are collecti
 from __future__ import annotations
 
 import dataclasses
+import functools
 import pathlib
 from collections.abc import Callable
 from typing import Any
@@ -21,7 +22,6 @@ import ml_collections
 import numpy as np
 
 from mgrpo_jax.config.modes import Mode, parse_mode
-from mgrpo_jax.sampling.buckets import doubling_lengths
 from mgrpo_jax.scale import distributed
 from mgrpo_jax.scale.multihost import device_batch, rollout_model
 from mgrpo_jax.scale.writers import log
@@ -36,6 +36,7 @@ from mgrpo_jax.tasks.questions import Question
 from mgrpo_jax.text import Tokenizer
 from mgrpo_jax.tools import TaskRoutedRegistry, ToolRegistry
 from mgrpo_jax.training import agent_setup
+from mgrpo_jax.training.agent_config import AgentSetup
 from mgrpo_jax.training.batching import TrainBatch, row_buckets
 from mgrpo_jax.training.checkpoint import AgentCheckpointer, CheckpointConfig
 from mgrpo_jax.training.data import ensure_world
@@ -48,15 +49,6 @@ from mgrpo_jax.training.update import make_update_fn
 _CACHES = {"main": MainStepCache, "sub": SubStepCache}
 # An agent's compiled update: (state, batch, *, has_tokens) -> (state, metrics).
 _Update = Callable[..., tuple[TrainState, dict[str, jax.Array]]]
-
-
-def train_lengths(limits: Any) -> tuple[int, ...]:
-  """The row lengths T an agent's RL batches are padded to, from its `limits` section:
-  max_context alone when `shortest_train_length` is 0 (one compiled update per run),
-  else its doublings up to max_context."""
-  if not limits.shortest_train_length:
-    return (int(limits.max_context),)
-  return doubling_lengths(int(limits.shortest_train_length), int(limits.max_context))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,6 +84,7 @@ class SliceRuntime:
   role: str
   config: ml_collections.ConfigDict
   mode: Mode
+  setup: AgentSetup  # the agent's settings
   settings: StepSettings
   paths: RunPaths
   store: Store
@@ -122,8 +115,8 @@ class SliceRuntime:
 
   @property
   def buckets(self) -> tuple[int, ...]:
-    """The row lengths T the agent's RL batches are padded to (`train_lengths`)."""
-    return train_lengths(self.config[self.role].limits)
+    """The row lengths T the agent's RL batches are padded to (`AgentSetup.train_lengths`)."""
+    return self.setup.train_lengths
 
   @property
   def sub_row_buckets(self) -> tuple[int, ...]:
@@ -132,7 +125,7 @@ class SliceRuntime:
     micro-batch size, so duplicated calls and empty slots cost no rows."""
     settings = self.settings
     slots = settings.num_queries * settings.num_rollouts * settings.num_slots
-    return row_buckets(slots, int(self.config[self.role].optim.micro_batch_size) or 1)
+    return row_buckets(slots, self.setup.update.micro_batch_size or 1)
 
   @property
   def sub_packing(self) -> step_math.Packing:
@@ -151,7 +144,7 @@ class SliceRuntime:
 
   def apply_init_checkpoint(self) -> None:
     """Loads `<role>.model.init_checkpoint` (e.g. the warm start's) if one is set."""
-    directory = str(self.config[self.role].model.init_checkpoint)
+    directory = self.setup.model.init_checkpoint
     if directory:
       agent_setup.restore_init_params(self.trainer, directory)
 
@@ -166,7 +159,7 @@ class SliceRuntime:
   def sampler_policy(self, version: int):
     """The agent's sampler over its current weights, reporting `version`."""
     return agent_setup.sampler_policy(rollout_model(self.layout, self.trainer.state),
-                                      self.tokenizer, self.config[self.role], version=version)
+                                      self.tokenizer, self.setup.sampling, version=version)
 
   def update(self, batch: TrainBatch, timer: Timer) -> dict[str, float]:
     """One update of the agent on `batch` (one compiled update per row count)."""
@@ -223,12 +216,14 @@ def open_runtime(config, workdir: str, role: str) -> SliceRuntime:
   files = open_folder(paths.workdir)
   world_path = ensure_world(paths.local, config.world, log)
   tasks = training_tasks(config, world_path)
-  model, tokenizer = agent_setup.build_model(config[role], role, paths.local, config)
-  trainer = agent_setup.create_agent_state(model, config[role], role, config)
+  setup = AgentSetup.from_config(config, role)
+  model, tokenizer = agent_setup.build_model(
+      setup, functools.partial(agent_setup.world_tokenizer, paths.local, config))
+  trainer = agent_setup.create_agent_state(model, setup)
   checkpointer = AgentCheckpointer(paths.checkpoints(role), trainer.layout,
                                    CheckpointConfig.from_config(config.checkpoint))
   return SliceRuntime(
-      role=role, config=config, mode=parse_mode(str(config.experiment.mode)),
+      role=role, config=config, mode=parse_mode(str(config.experiment.mode)), setup=setup,
       settings=StepSettings.from_config(config), paths=paths, store=store, files=files,
       world_path=world_path, questions=tasks.questions, registry=tasks.registry,
       expert_judge=tasks.expert_judge, tokenizer=tokenizer,

@@ -1,10 +1,13 @@
-"""Builds one agent from its config section: tokenizer, model, sampler policy, train state.
+"""Builds one agent from its `AgentSetup` (`agent_config.py`, the agent's settings resolved
+once): tokenizer, model, sampler policy, train state.
 
 Tokenizer: `model.tokenizer` when set (a SentencePiece model or GGUF file); the
 pretrained model's own for `smollm2_135m` or a model path; otherwise ONE SentencePiece
 tokenizer trained on the world's corpus (train-world pages, train questions, the agents'
-system prompts and the scripted agents' transcripts: `tokenizer_corpus`), cached in `<root>/data/tokenizer` and file-locked so both slices use
-the same file (`world.tokenizer_vocab_size` ids).
+system prompts and the scripted agents' transcripts: `tokenizer_corpus`), cached in
+`<root>/data/tokenizer` and file-locked so both slices use the same file
+(`world.tokenizer_vocab_size` ids): `world_tokenizer`, which `build_model` calls only
+for such an agent.
 
 Model: `load_pretrained` for `smollm2_135m` or a path; otherwise the preset's shape with
 the tokenizer's vocabulary and a seeded init (`derive_seed(seed, "init", role)`). A
@@ -22,9 +25,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import hashlib
 import json
 import pathlib
+from collections.abc import Callable
 from typing import Any
 
 import gin
@@ -32,33 +35,27 @@ import jax
 import jax.numpy as jnp
 
 from mgrpo_jax import plugins
-from mgrpo_jax.agents import protocol, specs
-from mgrpo_jax.agents.config import AgentLimits, RolloutConfig
+from mgrpo_jax.agents import specs
+from mgrpo_jax.agents.config import RolloutConfig
 from mgrpo_jax.agents.policy import SamplerPolicy
 from mgrpo_jax.config.modes import parse_mode
 from mgrpo_jax.config.spec import PRETRAINED_PRESETS
 from mgrpo_jax.models import get_config, init_model, load_pretrained
-from mgrpo_jax.models.config import LoraConfig
 from mgrpo_jax.models.lora import with_lora
 from mgrpo_jax.sampling import Sampler, SamplerConfig, SamplingParams
-from mgrpo_jax.text import DEFAULT_USER_DEFINED_SYMBOLS, SentencePieceTokenizer
+from mgrpo_jax.text import DEFAULT_USER_DEFINED_SYMBOLS, SentencePieceTokenizer, Tokenizer
 from mgrpo_jax.tools import ToolRegistry, index_registry, world_index
+from mgrpo_jax.training.agent_config import AgentSetup, agent_limits, derive_seed
 from mgrpo_jax.training.checkpoint import restore_params
 from mgrpo_jax.training.data import world_rendering
 from mgrpo_jax.training.files import file_lock
-from mgrpo_jax.training.mesh import MeshConfig, create_mesh
+from mgrpo_jax.training.mesh import create_mesh
 from mgrpo_jax.training.optimizer import OptimizerConfig, make_optimizer
 from mgrpo_jax.training.tokenizer_corpus import protocol_symbols, tokenizer_corpus
 from mgrpo_jax.training.train_state import StateLayout, TrainState, create_train_state
 from mgrpo_jax.training.update import UpdateConfig
 
 PRETRAINED = PRETRAINED_PRESETS
-
-
-def derive_seed(seed: int, *names: Any) -> int:
-  """A 31-bit seed determined by the run seed and the names (e.g. "init", "main")."""
-  text = "/".join([str(int(seed))] + [str(n) for n in names]).encode()
-  return int.from_bytes(hashlib.sha256(text).digest()[:4], "big") & 0x7FFFFFFF
 
 
 def step_key(seed: int, purpose: str, step: int) -> jax.Array:
@@ -121,12 +118,15 @@ def chat_template(setting: str, tokenizer, key: str) -> str | None:
   return template
 
 
-def build_model(agent, role: str, root: str | pathlib.Path, config):
-  """(model, tokenizer) of one agent section (`config.main` / `config.sub`); the
-  tokenizer's `chat_template` is the one `model.chat_template` selects."""
-  model, tokenizer = _build_model(agent, role, root, config)
-  tokenizer.chat_template = chat_template(str(agent.model.chat_template), tokenizer,
-                                          f"{role}.model.chat_template")
+def build_model(setup: AgentSetup, world_tokenizer: Callable[[], Tokenizer]):
+  """(model, tokenizer) of one agent; the tokenizer's `chat_template` is the one
+  `model.chat_template` selects. `world_tokenizer` gives the world's tokenizer, called
+  only for a model trained from scratch without `model.tokenizer`."""
+  model, tokenizer = _build_base(setup, world_tokenizer)
+  if setup.lora is not None:
+    model = with_lora(model, setup.lora, setup.lora_seed)
+  tokenizer.chat_template = chat_template(setup.model.chat_template, tokenizer,
+                                          f"{setup.role}.model.chat_template")
   return model, tokenizer
 
 
@@ -148,43 +148,30 @@ def _pretrained(preset: str, overrides: dict[str, Any], *, shared: bool):
   return model, copy.copy(tokenizer)
 
 
-def _build_model(agent, role: str, root: str | pathlib.Path, config):
-  model, tokenizer = _build_base(agent, role, root, config)
-  lora = LoraConfig.from_config(agent.lora)
-  if lora is not None:
-    model = with_lora(model, lora, derive_seed(config.experiment.seed, "lora", role))
-  return model, tokenizer
-
-
-def _build_base(agent, role: str, root: str | pathlib.Path, config):
-  model_cfg = agent.model
-  preset = str(model_cfg.preset)
-  dtype = jnp.bfloat16 if model_cfg.dtype == "bfloat16" else jnp.float32
-  overrides = {"dtype": dtype, "scan_layers": bool(model_cfg.scan_layers),
-               "attention": str(model_cfg.attention)}
-  lora = int(agent.lora.rank) > 0
-  if lora and agent.lora.base_dtype == "bfloat16":
+def _build_base(setup: AgentSetup, world_tokenizer: Callable[[], Tokenizer]):
+  settings = setup.model
+  dtype = jnp.bfloat16 if settings.dtype == "bfloat16" else jnp.float32
+  overrides = {"dtype": dtype, "scan_layers": settings.scan_layers,
+               "attention": settings.attention}
+  lora = setup.lora is not None
+  if lora and settings.base_dtype == "bfloat16":
     overrides["param_dtype"] = jnp.bfloat16
-  if _is_pretrained(preset):
-    if model_cfg.smeared_keys:
-      raise ValueError(f"{role}.model.smeared_keys: pretrained weights ({preset!r}) have no "
-                       "key-smear parameters; use it with a preset trained from scratch")
-    model, tokenizer = _pretrained(preset, overrides, shared=lora)
-    if model_cfg.tokenizer:
-      tokenizer = load_tokenizer(str(model_cfg.tokenizer))
+  if _is_pretrained(settings.preset):
+    if settings.smeared_keys:
+      raise ValueError(f"{setup.role}.model.smeared_keys: pretrained weights "
+                       f"({settings.preset!r}) have no key-smear parameters; use it with a "
+                       "preset trained from scratch")
+    model, tokenizer = _pretrained(settings.preset, overrides, shared=lora)
+    if settings.tokenizer:
+      tokenizer = load_tokenizer(settings.tokenizer)
     return model, tokenizer
-  tokenizer = (load_tokenizer(str(model_cfg.tokenizer)) if model_cfg.tokenizer
-               else world_tokenizer(root, config))
-  max_seq_len = 2 * int(agent.limits.max_context)
-  model_config = get_config(preset, vocab_size=tokenizer.vocab_size, max_seq_len=max_seq_len,
-                            smeared_keys=bool(model_cfg.smeared_keys), **overrides)
-  return init_model(model_config, derive_seed(config.experiment.seed, "init", role)), tokenizer
-
-
-def agent_limits(agent) -> AgentLimits:
-  return AgentLimits(max_turns=int(agent.limits.max_turns),
-                     context_tokens=int(agent.limits.max_context),
-                     max_new_tokens=int(agent.sampling.max_new_tokens))
+  tokenizer = (load_tokenizer(settings.tokenizer) if settings.tokenizer
+               else world_tokenizer())
+  max_seq_len = 2 * setup.limits.context_tokens
+  model_config = get_config(settings.preset, vocab_size=tokenizer.vocab_size,
+                            max_seq_len=max_seq_len, smeared_keys=settings.smeared_keys,
+                            **overrides)
+  return init_model(model_config, setup.init_seed), tokenizer
 
 
 def rollout_config(config) -> RolloutConfig:
@@ -221,14 +208,11 @@ def index_tool_registry(index_path: pathlib.Path, config) -> ToolRegistry:
   return registry
 
 
-def sampler_policy(model, tokenizer, agent, *, version: int = 0) -> SamplerPolicy:
-  """The agent's `SamplerPolicy` (`sampling.*`; stops after an action or at EOS)."""
-  params = SamplingParams(max_new_tokens=int(agent.sampling.max_new_tokens),
-                          temperature=float(agent.sampling.temperature),
-                          top_k=int(agent.sampling.top_k), top_p=float(agent.sampling.top_p),
-                          stop_strings=protocol.STOP_STRINGS)
-  max_new = int(agent.sampling.max_new_tokens)
-  sampler_config = SamplerConfig(generation_buckets=(max_new,))
+def sampler_policy(model, tokenizer, params: SamplingParams, *, version: int = 0
+                   ) -> SamplerPolicy:
+  """The agent's `SamplerPolicy` sampling with `params` (`AgentSetup.sampling`), compiled
+  for turns of `params.max_new_tokens`."""
+  sampler_config = SamplerConfig(generation_buckets=(params.max_new_tokens,))
   return SamplerPolicy(Sampler(model, tokenizer, config=sampler_config), params,
                        version=version)
 
@@ -254,16 +238,13 @@ class AgentTrainer:
   optim: OptimizerConfig
 
 
-def create_agent_state(model, agent, role: str, config) -> AgentTrainer:
+def create_agent_state(model, setup: AgentSetup) -> AgentTrainer:
   """The train state of `model` on the agent's mesh (`mesh.*`, `optim.*`, `loss.*`)."""
-  mesh = create_mesh(MeshConfig.from_config(agent.mesh))
-  optim = OptimizerConfig.from_config(agent.optim,
-                                      total_steps=int(config.experiment.num_steps))
-  update_config = UpdateConfig.from_config(agent)
+  mesh = create_mesh(setup.mesh)
   state, layout = create_train_state(
-      model, make_optimizer(optim), mesh, seed=derive_seed(config.experiment.seed, "state", role),
-      with_reference=update_config.with_reference)
-  return AgentTrainer(state, layout, update_config, optim)
+      model, make_optimizer(setup.optim), mesh, seed=setup.state_seed,
+      with_reference=setup.update.with_reference)
+  return AgentTrainer(state, layout, setup.update, setup.optim)
 
 
 def restore_init_params(trainer: AgentTrainer, directory: str) -> dict[str, Any]:

@@ -16,6 +16,7 @@ GGUF base, the frozen base written as one in `<adapter_out>/base`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import pathlib
 
@@ -25,6 +26,7 @@ from mgrpo_jax.models.weights.hf_export import export_hf_folder
 from mgrpo_jax.models.weights.peft_adapter import save_peft_adapter
 from mgrpo_jax.text import CHATML_TEMPLATE
 from mgrpo_jax.training import agent_setup
+from mgrpo_jax.training.agent_config import AgentSetup
 from mgrpo_jax.training.checkpoint import AgentCheckpointer, restore_params
 from mgrpo_jax.training.paths import RunPaths, warm_start_folder
 
@@ -74,9 +76,11 @@ def export_agent(config, workdir: str | os.PathLike, role: str, out: str | os.Pa
     raise ValueError(f"agent {role!r} has no weights of its own in experiment.mode="
                      f"{mode.name!r} (agents: {list(mode.agents)})")
   paths = RunPaths.from_config(config, os.fspath(workdir))
-  model, tokenizer = agent_setup.build_model(config[role], role, paths.local, config)
-  trainer = agent_setup.create_agent_state(model, config[role], role, config)
-  if adapter_out is not None and int(config[role].lora.rank) == 0:
+  setup = AgentSetup.from_config(config, role)
+  model, tokenizer = agent_setup.build_model(
+      setup, functools.partial(agent_setup.world_tokenizer, paths.local, config))
+  trainer = agent_setup.create_agent_state(model, setup)
+  if adapter_out is not None and setup.lora is None:
     raise ValueError(f"{role} has no LoRA adapters to export ({role}.lora.rank is 0)")
   params, source, found = _weights(trainer, paths, config, role, step)
   model = trainer.layout.merge(params)
@@ -85,16 +89,17 @@ def export_agent(config, workdir: str | os.PathLike, role: str, out: str | os.Pa
   adapter = None
   if adapter_out is not None:
     adapter = save_peft_adapter(model, adapter_out,
-                                _peft_base(model, tokenizer, config[role], adapter_out, template))
+                                _peft_base(model, tokenizer, setup.model.preset, adapter_out,
+                                           template))
   return Exported(folder, source, found, adapter)
 
 
-def _peft_base(model, tokenizer, agent, adapter_out, chat_template: str) -> str:
-  """The base a PEFT adapter of `agent` loads onto: its Hugging Face folder, or the frozen
-  base written as one in `<adapter_out>/base` (a GGUF file or a downloaded preset)."""
-  preset = pathlib.Path(str(agent.model.preset))
-  if preset.is_dir():
-    return str(preset.resolve())
+def _peft_base(model, tokenizer, preset: str, adapter_out, chat_template: str) -> str:
+  """The base a PEFT adapter of a model of `preset` loads onto: its Hugging Face folder,
+  or the frozen base written as one in `<adapter_out>/base` (a GGUF file or a downloaded
+  preset)."""
+  if pathlib.Path(preset).is_dir():
+    return str(pathlib.Path(preset).resolve())
   folder = export_hf_folder(base_model(model), tokenizer, pathlib.Path(adapter_out) / "base",
                             chat_template=chat_template)
   return str(folder.resolve())

@@ -28,9 +28,10 @@ from mgrpo_jax.config.modes import parse_mode
 from mgrpo_jax.metrics import PhaseProgress
 from mgrpo_jax.scale.writers import log
 from mgrpo_jax.training import agent_setup
+from mgrpo_jax.training.agent_config import AgentSetup
 from mgrpo_jax.training.data import ensure_world, noisy_oracles
 from mgrpo_jax.training.files import file_lock
-from mgrpo_jax.training.mesh import MeshConfig, create_mesh
+from mgrpo_jax.training.mesh import create_mesh
 from mgrpo_jax.training.optimizer import OptimizerConfig, make_optimizer
 from mgrpo_jax.training.paths import RunPaths, warm_start_folder
 from mgrpo_jax.training.train_state import create_train_state
@@ -136,8 +137,9 @@ def warm_start_agent(config, workdir: str, role: str) -> None:
   world_path = ensure_world(paths.local, config.world, log)
   worlds = demonstration_worlds(config, world_path, folder)
   main_spec, sub_spec = agent_setup.agent_specs(config)
-  models = {r: agent_setup.build_model(config[r], r, paths.local, config)
-            for r in mode.agents}
+  setups = {r: AgentSetup.from_config(config, r) for r in mode.agents}
+  tokenizer = functools.partial(agent_setup.world_tokenizer, paths.local, config)
+  models = {r: agent_setup.build_model(setups[r], tokenizer) for r in mode.agents}
   # S's demonstrations go to S's model in its own ids (to M's in shared_policy).
   sub_tokenizer = models["sub"][1] if "sub" in models else None
   main_oracle, sub_oracle = noisy_oracles(config, seed)
@@ -171,10 +173,10 @@ def warm_start_agent(config, workdir: str, role: str) -> None:
   sft_config = SFTConfig(epochs=int(ws.epochs), batch_rows=int(ws.batch_rows),
                          buckets=SFT_BUCKETS, length_groups=SFT_LENGTH_GROUPS,
                          nll_every_epoch=False, nll_sequences=NLL_SEQUENCES,
-                         remat=str(config[role].model.remat),
+                         remat=setups[role].update.remat,
                          seed=agent_setup.derive_seed(seed, "sft", role))
   optim = warm_start_optimizer(ws, len(sequences), sft_config)
-  mesh = create_mesh(MeshConfig.from_config(config[role].mesh))
+  mesh = create_mesh(setups[role].mesh)
   state, layout = create_train_state(model, make_optimizer(optim), mesh,
                                      seed=agent_setup.derive_seed(seed, "warm_start", role))
   pad_id = role_tokenizer.pad_id or 0

@@ -11,6 +11,7 @@ checkpointer; the export reads them back from the run folder like `launch/export
 
 from __future__ import annotations
 
+import functools
 import json
 import pathlib
 import subprocess
@@ -25,6 +26,7 @@ from mgrpo_jax.models.config import LoraConfig
 from mgrpo_jax.models.lora import base_model
 from mgrpo_jax.scale.planner import abstract_mesh, abstract_train_state, tree_bytes_per_device
 from mgrpo_jax.training import agent_setup
+from mgrpo_jax.training.agent_config import AgentSetup
 from mgrpo_jax.training.checkpoint import AgentCheckpointer
 from mgrpo_jax.training.export import export_agent
 from mgrpo_jax.training.mesh import MeshConfig
@@ -49,8 +51,10 @@ def lora_run(smollm2_gguf, tmp_path_factory):
   apply_overrides(config, LORA)
   workdir = tmp_path_factory.mktemp("lora_run")
   paths = RunPaths.from_config(config, str(workdir))
-  model, tokenizer = agent_setup.build_model(config.main, "main", paths.local, config)
-  trainer = agent_setup.create_agent_state(model, config.main, "main", config)
+  setup = AgentSetup.from_config(config, "main")
+  model, tokenizer = agent_setup.build_model(
+      setup, functools.partial(agent_setup.world_tokenizer, paths.local, config))
+  trainer = agent_setup.create_agent_state(model, setup)
   leaves, treedef = jax.tree.flatten((trainer.state.params, trainer.state.opt_state))
   keys = jax.random.split(jax.random.key(3), len(leaves))
   noisy = [x + 0.02 * jax.random.normal(k, x.shape, x.dtype) if x.ndim else x

@@ -10,6 +10,8 @@ steps and across a restart in its write-ahead file.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
@@ -22,6 +24,7 @@ from mgrpo_jax.store import open_store
 from mgrpo_jax.store.folder import open_folder
 from mgrpo_jax.store.schema import SliceAck, ack_key
 from mgrpo_jax.training import agent_setup
+from mgrpo_jax.training.agent_config import AgentSetup
 from mgrpo_jax.training.paths import RunPaths
 from tests.support import plumbing_config as demo
 from tests.support import trainer_harness
@@ -60,8 +63,9 @@ def test_frozen_sub_keeps_s_weights_bit_identical(tmp_path):
   # The seeded init of S, rebuilt independently from the run's tokenizer and config.
   config = demo.get_config()
   apply_overrides(config, {"experiment.mode": "frozen_sub"})
-  model, _ = agent_setup.build_model(config.sub, "sub", RunPaths.from_config(
-      config, str(workdir)).local, config)
+  root = RunPaths.from_config(config, str(workdir)).local
+  model, _ = agent_setup.build_model(AgentSetup.from_config(config, "sub"),
+                                     functools.partial(agent_setup.world_tokenizer, root, config))
   fresh = _named(nnx.to_pure_dict(nnx.state(model, nnx.Param)))
   saved = _named(params)
   assert sorted(fresh) == sorted(saved) and len(fresh) > 5

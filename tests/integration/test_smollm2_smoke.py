@@ -24,6 +24,7 @@ program itself.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import math
@@ -141,13 +142,16 @@ def test_cpu_smoke_trains_both_smollm2_agents_for_two_steps(smollm2_gguf, tmp_pa
 def _check_checkpoints(config, workdir: pathlib.Path, cache: pathlib.Path, monkeypatch):
   """Both agents' checkpoints at step 2 against the pretrained SmolLM2 parameters."""
   from mgrpo_jax.training import agent_setup
+  from mgrpo_jax.training.agent_config import AgentSetup
   from mgrpo_jax.training.checkpoint import AgentCheckpointer
   from mgrpo_jax.training.paths import RunPaths
 
   monkeypatch.setenv("MGRPO_JAX_CACHE", str(cache))
   paths = RunPaths.from_config(config, str(workdir))
-  model, _ = agent_setup.build_model(config.main, "main", paths.local, config)
-  trainer = agent_setup.create_agent_state(model, config.main, "main", config)
+  setup = AgentSetup.from_config(config, "main")
+  model, _ = agent_setup.build_model(
+      setup, functools.partial(agent_setup.world_tokenizer, paths.local, config))
+  trainer = agent_setup.create_agent_state(model, setup)
   layout, pretrained, vocab = trainer.layout, _leaves(trainer.state), model.config.vocab_size
   del model, trainer
 

@@ -12,6 +12,7 @@ through transformers' KV cache against a framework loop, and the exported tokeni
 
 from __future__ import annotations
 
+import functools
 import json
 import pathlib
 import subprocess
@@ -25,6 +26,7 @@ from flax import nnx
 from mgrpo_jax.config import apply_overrides
 from mgrpo_jax.text import render_chat
 from mgrpo_jax.training import agent_setup
+from mgrpo_jax.training.agent_config import AgentSetup
 from mgrpo_jax.training.checkpoint import AgentCheckpointer
 from mgrpo_jax.training.export import export_agent
 from mgrpo_jax.training.paths import RunPaths
@@ -47,8 +49,10 @@ def _checkpointed_run(tmp_path: pathlib.Path, overrides: dict):
   apply_overrides(config, overrides)
   workdir = tmp_path / "run"
   paths = RunPaths.from_config(config, str(workdir))
-  model, tokenizer = agent_setup.build_model(config.main, "main", paths.local, config)
-  trainer = agent_setup.create_agent_state(model, config.main, "main", config)
+  setup = AgentSetup.from_config(config, "main")
+  model, tokenizer = agent_setup.build_model(
+      setup, functools.partial(agent_setup.world_tokenizer, paths.local, config))
+  trainer = agent_setup.create_agent_state(model, setup)
   leaves, treedef = jax.tree.flatten(trainer.state.params)
   keys = jax.random.split(jax.random.key(7), len(leaves))
   noisy = [x + 0.3 * jax.random.normal(k, x.shape, x.dtype) for x, k in zip(leaves, keys, strict=True)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import pathlib
 
@@ -10,6 +11,7 @@ import pytest
 from mgrpo_jax.config import ConfigError, validate
 from mgrpo_jax.scale.planner import plan_from_config
 from mgrpo_jax.training import agent_setup
+from mgrpo_jax.training.agent_config import AgentSetup
 
 CONFIG_FILE = pathlib.Path(__file__).resolve().parents[2] / "configs" / "smollm2_deep_research.py"
 AGENTS = ("main", "sub")
@@ -148,4 +150,5 @@ def test_smeared_keys_are_refused_for_pretrained_weights(module, tmp_path):
   with pytest.raises(ConfigError, match=r"'sub\.model\.smeared_keys': .*'smollm2_135m'"):
     validate(config)
   with pytest.raises(ValueError, match=r"sub\.model\.smeared_keys: .*smollm2_135m"):
-    agent_setup.build_model(config.sub, "sub", tmp_path, config)
+    agent_setup.build_model(AgentSetup.from_config(config, "sub"),
+                            functools.partial(agent_setup.world_tokenizer, tmp_path, config))

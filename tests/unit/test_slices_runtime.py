@@ -2,7 +2,8 @@
 
 from mgrpo_jax.config import apply_overrides, base_config
 from mgrpo_jax.core.rewards import RewardWeights
-from mgrpo_jax.slices.runtime import StepSettings, train_lengths
+from mgrpo_jax.slices.runtime import StepSettings
+from mgrpo_jax.training.agent_config import train_lengths
 
 
 def test_step_settings_read_the_config():

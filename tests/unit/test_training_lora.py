@@ -4,6 +4,7 @@ never touches the base; two agents of one process share one base."""
 
 from __future__ import annotations
 
+import functools
 import json
 
 import jax
@@ -29,6 +30,7 @@ from mgrpo_jax.training import (
   make_optimizer,
   make_update_fn,
 )
+from mgrpo_jax.training.agent_config import AgentSetup
 from mgrpo_jax.training.update import _gradients
 from tests.support import plumbing_config
 from tests.unit.test_training_checkpoint import N, _batch
@@ -121,7 +123,8 @@ def test_agents_loading_one_folder_share_its_base(tmp_path):
   """Both agents with adapters on the same pretrained folder, in one process: one base
   in memory (the same buffers on the same mesh), two sets of adapters."""
   config = plumbing_config.get_config()
-  _, tokenizer = agent_setup.build_model(config.main, "main", tmp_path, config)
+  world_tokenizer = functools.partial(agent_setup.world_tokenizer, tmp_path, config)
+  _, tokenizer = agent_setup.build_model(AgentSetup.from_config(config, "main"), world_tokenizer)
   folder = export_hf_folder(init_model(get_config("tiny", vocab_size=tokenizer.vocab_size),
                                        seed=0), tokenizer, tmp_path / "base",
                             chat_template=CHATML_TEMPLATE)
@@ -130,8 +133,9 @@ def test_agents_loading_one_folder_share_its_base(tmp_path):
                             ("lora.base_dtype", "bfloat16"))})
   trainers = {}
   for role in ("main", "sub"):
-    model, _ = agent_setup.build_model(config[role], role, tmp_path, config)
-    trainers[role] = agent_setup.create_agent_state(model, config[role], role, config)
+    setup = AgentSetup.from_config(config, role)
+    model, _ = agent_setup.build_model(setup, world_tokenizer)
+    trainers[role] = agent_setup.create_agent_state(model, setup)
   main, sub = trainers["main"], trainers["sub"]
   pointers = [(a.unsafe_buffer_pointer(), b.unsafe_buffer_pointer()) for a, b in
               zip(jax.tree.leaves(main.layout.frozen), jax.tree.leaves(sub.layout.frozen),
