@@ -1,4 +1,4 @@
-"""`experiment.mode` parsed once: which agents exist, which are trained, and how.
+"""`experiment.mode` as a `Mode`: which agents exist, which are trained, and how.
 
   mode           agents (own weights)  sub-agent  sub slice  RL updates S  S aligned to D
   mgrpo          main, sub             yes        yes        yes           yes
@@ -9,8 +9,9 @@
   shared_policy  main                  yes (M's)  no         with M        yes
   single_agent   main (the single)     no         no         -             -
 
-The rest of the project asks a `Mode` (`parse_mode(config.experiment.mode)`) these
-questions instead of comparing mode names. Pure Python, so config validation, the
+The rest of the project asks a `Mode` these questions instead of comparing mode names;
+a process parses the config's once, at its entry point (`slices.run.run_slice`, the
+export), and hands the `Mode` down. Pure Python, so config validation, the
 agents and the trainers all read the same table (docs/ALGORITHM.md, "Modes").
 """
 

@@ -63,7 +63,7 @@ from mgrpo_jax.agents.config import RolloutConfig
 from mgrpo_jax.agents.modes import Agent, make_controller
 from mgrpo_jax.agents.records import MainRecord, SubRecord
 from mgrpo_jax.agents.scoring import score
-from mgrpo_jax.config.modes import Mode, parse_mode
+from mgrpo_jax.config.modes import Mode
 from mgrpo_jax.evaluation import turn_accuracy
 from mgrpo_jax.scale.writers import log
 from mgrpo_jax.tasks.judges import ExactMatchJudge, ExpertJudge
@@ -305,15 +305,15 @@ def held_out_turn_accuracy(setup: EvalSetup, agents: dict[str, Agent],
           for role, agent in agents.items() if sequences[role]}
 
 
-def evaluate_sources(config, root: str | pathlib.Path, sources: dict[str, Source], *,
-                     greedy_only: bool = False) -> EvalResult:
-  """Held-out evaluation of the agents whose weights `sources` names ("main", "sub").
+def evaluate_sources(config, mode: Mode, root: str | pathlib.Path, sources: dict[str, Source],
+                     *, greedy_only: bool = False) -> EvalResult:
+  """Held-out evaluation in `mode` (the config's `experiment.mode`) of the agents whose
+  weights `sources` names ("main", "sub").
 
   With `greedy_only`, only the greedy pass runs (one rollout per question; its summary
   is the result's, and also under "greedy"): the cheap points of the RL curve.
   """
   root = pathlib.Path(root)
-  mode = parse_mode(str(config.experiment.mode))
   world_path = ensure_world(root, config.world, log)
   split = str(config.eval.split)
   questions = load_questions(world_path, config.world, str(config.world.stage),
@@ -325,7 +325,7 @@ def evaluate_sources(config, root: str | pathlib.Path, sources: dict[str, Source
   if mode.sub_agent:
     sub = main if mode.shared else load_agent(AgentSetup.from_config(config, "sub"),
                                               tokenizer, sources["sub"])
-  main_spec, sub_spec = agent_setup.agent_specs(config)
+  main_spec, sub_spec = agent_setup.agent_specs(config, mode)
   setup = EvalSetup(mode=mode, registry=registry,
                     rollout_config=agent_setup.rollout_config(config), questions=questions,
                     main_spec=main_spec, sub_spec=sub_spec, rendering=world_rendering(config),

@@ -24,7 +24,7 @@ from typing import Any
 
 from mgrpo_jax import plugins
 from mgrpo_jax.config import flat_values
-from mgrpo_jax.config.modes import parse_mode
+from mgrpo_jax.config.modes import Mode
 from mgrpo_jax.core.rewards import RewardWeights
 from mgrpo_jax.evaluation import held_out, trajectories
 from mgrpo_jax.metrics import trajectory_page
@@ -48,13 +48,14 @@ def _page_path(paths: RunPaths, label: str) -> pathlib.Path:
   return paths.local / "report" / trajectory_page.eval_page_name(label)
 
 
-def evaluation_key(config) -> str:
+def evaluation_key(config, mode: Mode) -> str:
   """16 hex digits naming what an evaluation under `config` computes: every config key
-  but `_NOT_EVALUATED`, the mode's rollouts and the gin-bound reward functions (the
+  but `_NOT_EVALUATED`, the rollouts of `mode` (the config's `experiment.mode`) and the
+  gin-bound reward functions (the
   page's R_M). Equal keys, given the same parameter checkpoints (the
   `<role>.model.init_checkpoint` keys are part of it), mean equal summaries and pages."""
   values = flat_values(config, excluding=_NOT_EVALUATED)
-  values["rollouts"] = parse_mode(str(config.experiment.mode)).rollouts
+  values["rollouts"] = mode.rollouts
   values.update(plugins.bound_rewards())
   return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -92,17 +93,19 @@ def evaluated(paths: RunPaths, label: str, step: int | None = None) -> dict[str,
   return summary if step is None or summary.get("step") == step else None
 
 
-def run_evaluation(config, paths: RunPaths, label: str, sources: dict[str, held_out.Source],
-                   *, greedy_only: bool = False, step: int | None = None) -> dict[str, Any]:
+def run_evaluation(config, mode: Mode, paths: RunPaths, label: str,
+                   sources: dict[str, held_out.Source], *, greedy_only: bool = False,
+                   step: int | None = None) -> dict[str, Any]:
   """Evaluates once per label (and RL `step`, when given); `<local>/eval/<label>.json`
   holds the summary (and `<local>/report/eval_<label>.html` the trajectories, module
-  docstring)."""
+  docstring); `mode` is the config's `experiment.mode`."""
   done = evaluated(paths, label, step)
   if done is not None:
     return done
   log(_start_line(config, label, step, greedy_only))
   started = time.perf_counter()
-  result = held_out.evaluate_sources(config, paths.local, sources, greedy_only=greedy_only)
+  result = held_out.evaluate_sources(config, mode, paths.local, sources,
+                                     greedy_only=greedy_only)
   summary = dict(result.summary, label=label, seconds=time.perf_counter() - started)
   if step is not None:
     summary["step"] = step

@@ -19,15 +19,16 @@ import sys
 import threading
 import traceback
 
+from mgrpo_jax.config.modes import Mode
 from mgrpo_jax.scale.writers import set_line_prefix
 from mgrpo_jax.slices.main_slice import run_main_slice
 from mgrpo_jax.slices.sub_slice import run_sub_slice
 
 
-def _run(name: str, loop, config, workdir: str) -> None:
+def _run(name: str, loop, config, mode: Mode, workdir: str) -> None:
   set_line_prefix(f"[{name}] ")
   try:
-    loop(config, workdir)
+    loop(config, mode, workdir)
   except BaseException:  # noqa: BLE001 (the whole process stops: module docstring)
     traceback.print_exc()
     sys.stdout.flush()
@@ -35,9 +36,10 @@ def _run(name: str, loop, config, workdir: str) -> None:
     os._exit(1)
 
 
-def run_colocated(config, workdir: str) -> None:
-  """Runs the sub slice and the main slice to `experiment.num_steps` in this process."""
-  threads = [threading.Thread(target=_run, args=(name, loop, config, workdir),
+def run_colocated(config, mode: Mode, workdir: str) -> None:
+  """Runs the sub slice and the main slice to `experiment.num_steps` in this process, in
+  `mode`, the config's `experiment.mode`."""
+  threads = [threading.Thread(target=_run, args=(name, loop, config, mode, workdir),
                               name=f"{name}-slice")
              for name, loop in (("sub", run_sub_slice), ("main", run_main_slice))]
   for thread in threads:

@@ -37,7 +37,7 @@ import pathlib
 import numpy as np
 
 from mgrpo_jax.config import ConfigError
-from mgrpo_jax.config.modes import parse_mode
+from mgrpo_jax.config.modes import Mode
 from mgrpo_jax.evaluation import held_out
 from mgrpo_jax.scale.writers import log
 from mgrpo_jax.tasks.questions import low_success_filter
@@ -58,7 +58,7 @@ def stage2_folder(paths: RunPaths) -> pathlib.Path:
   return paths.local / STAGE2
 
 
-def stage2_config(config, paths: RunPaths, *, selected: bool = True):
+def stage2_config(config, mode: Mode, paths: RunPaths, *, selected: bool = True):
   """Stage 2's config: stage-2 questions (of `curriculum.stage2_types`; with `selected`,
   only the kept ones), `curriculum.stage2_steps` RL steps from the stage-1 agents at
   `curriculum.learning_rate_scale` times their learning rates, no warm start, the run id
@@ -73,7 +73,7 @@ def stage2_config(config, paths: RunPaths, *, selected: bool = True):
   config.curriculum.stage2_steps = 0
   config.warm_start.enabled = False
   config.warm_start.dir = ""
-  for role in parse_mode(str(config.experiment.mode)).agents:
+  for role in mode.agents:
     config[role].optim.learning_rate = (float(config[role].optim.learning_rate)
                                         * float(config.curriculum.learning_rate_scale))
     config[role].model.init_checkpoint = str(folder / "init" / role)
@@ -82,10 +82,10 @@ def stage2_config(config, paths: RunPaths, *, selected: bool = True):
   return config
 
 
-def check_stage2(config, paths: RunPaths) -> None:
+def check_stage2(config, mode: Mode, paths: RunPaths) -> None:
   """Fails before stage 1 (a ValueError naming the key) when stage 2's question types are
   not in the rendering's stage-2 mixture."""
-  question_mixture(stage2_config(config, paths, selected=False).world)
+  question_mixture(stage2_config(config, mode, paths, selected=False).world)
 
 
 def check_selection(config, folder: pathlib.Path) -> None:
@@ -101,16 +101,16 @@ def check_selection(config, folder: pathlib.Path) -> None:
                         f"{selection[field]!r}")
 
 
-def run_selection_stage(config, workdir: str) -> dict:
-  """The `select` stage (module docstring), in its own process; returns the selection."""
+def run_selection_stage(config, mode: Mode, workdir: str) -> dict:
+  """The `select` stage (module docstring), in its own process; returns the selection
+  (`mode`: the config's `experiment.mode`)."""
   paths = RunPaths.from_config(config, workdir)
   folder = stage2_folder(paths)
-  mode = parse_mode(str(config.experiment.mode))
   for role in mode.agents:
     _export_final_params(config, role, paths, folder / "init" / role)
-  candidates = stage2_config(config, paths, selected=False)
+  candidates = stage2_config(config, mode, paths, selected=False)
   tasks = training_tasks(candidates, ensure_world(paths.local, candidates.world, log))
-  rates = success_rates(candidates, paths.local, tasks,
+  rates = success_rates(candidates, mode, paths.local, tasks,
                         {role: held_out.Source(str(folder / "init" / role), "params")
                          for role in mode.agents})
   curriculum = config.curriculum
@@ -129,22 +129,21 @@ def run_selection_stage(config, workdir: str) -> dict:
   return selection
 
 
-def success_rates(config, root: pathlib.Path, tasks, sources: dict[str, held_out.Source]
-                  ) -> dict[str, float]:
+def success_rates(config, mode: Mode, root: pathlib.Path, tasks,
+                  sources: dict[str, held_out.Source]) -> dict[str, float]:
   """{question id: fraction of `curriculum.success_samples` sampled rollouts answered
   right} of `tasks.questions` under the agents `sources` names.
 
   The questions are rolled out a chunk at a time, about an RL step's B x K rollouts each
   (so a chunk's sampling programs are RL's, and no batch outgrows the sampler's buckets),
   each chunk with its own key."""
-  mode = parse_mode(str(config.experiment.mode))
   tokenizer = functools.partial(agent_setup.world_tokenizer, root, config)
   main = held_out.load_agent(AgentSetup.from_config(config, "main"), tokenizer, sources["main"])
   sub = None
   if mode.sub_agent:
     sub = main if mode.shared else held_out.load_agent(AgentSetup.from_config(config, "sub"),
                                                        tokenizer, sources["sub"])
-  main_spec, sub_spec = agent_setup.agent_specs(config)
+  main_spec, sub_spec = agent_setup.agent_specs(config, mode)
   setup = held_out.EvalSetup(mode=mode, registry=tasks.registry,
                              rollout_config=agent_setup.rollout_config(config),
                              questions=tasks.questions, main_spec=main_spec,

@@ -45,6 +45,7 @@ import numpy as np
 from mgrpo_jax.agents.controller import RolloutController
 from mgrpo_jax.agents.modes import Agent, make_controller
 from mgrpo_jax.agents.scoring import score
+from mgrpo_jax.config.modes import Mode
 from mgrpo_jax.scale import distributed
 from mgrpo_jax.scale.multihost import multi_host, rollout_model
 from mgrpo_jax.scale.writers import log
@@ -130,10 +131,11 @@ def _sampled_tokens(records) -> int:
   return int(sum(r.trajectory.num_sampled for r in records))
 
 
-def run_main_slice(config, workdir: str) -> None:
-  """Runs the main slice to `experiment.num_steps` (module docstring)."""
-  rt = open_runtime(config, workdir, "main")
-  settings, mode = rt.settings, rt.mode
+def run_main_slice(config, mode: Mode, workdir: str) -> None:
+  """Runs the main slice to `experiment.num_steps` (module docstring) in `mode`, the
+  config's `experiment.mode`."""
+  rt = open_runtime(config, mode, workdir, "main")
+  settings = rt.settings
   stream = QueryStream(rt.questions, seed=agent_setup.derive_seed(settings.seed, "data"),
                        batch_size=settings.num_queries)
   metadata = rt.restore()
@@ -196,7 +198,7 @@ def run_main_slice(config, workdir: str) -> None:
 
 def _controller(rt: SliceRuntime, policy, client) -> RolloutController:
   """The mode's rollout controller over `policy` (remote S through `client` if any)."""
-  main_spec, sub_spec = agent_setup.agent_specs(rt.config)
+  main_spec, sub_spec = agent_setup.agent_specs(rt.config, rt.mode)
   rollout_config = agent_setup.rollout_config(rt.config)
   acting = agent_setup.rollout_policy(policy, rt.tokenizer, "main")
   if client is not None:

@@ -39,7 +39,7 @@ from typing import Any
 
 from absl import logging as absl_logging
 
-from mgrpo_jax.config.modes import parse_mode
+from mgrpo_jax.config.modes import Mode
 from mgrpo_jax.evaluation.held_out import Source
 from mgrpo_jax.evaluation.stage import (
   evaluated,
@@ -72,11 +72,10 @@ def _keeps_curve_checkpoints(config):
   return config
 
 
-def _evaluation_sources(config, paths: RunPaths
+def _evaluation_sources(config, mode: Mode, paths: RunPaths
                         ) -> dict[str, tuple[int, dict[str, Source]]]:
   """{label: (RL step, the checkpoints it evaluates)} of one run, in the order they are
   evaluated; "final" is the last step's."""
-  mode = parse_mode(str(config.experiment.mode))
   last = int(config.experiment.num_steps)
   sources = {"final": (last, {role: Source(paths.checkpoints(role), "state")
                               for role in mode.agents})}
@@ -86,18 +85,19 @@ def _evaluation_sources(config, paths: RunPaths
   return sources
 
 
-def run_evaluation_stage(config, workdir: str, stage: str) -> None:
+def run_evaluation_stage(config, mode: Mode, workdir: str, stage: str) -> None:
   """One evaluation stage in its own process (`--slice=all --stage=<stage>`):
   "eval_before" the warm start's parameter checkpoints (`<role>.model.init_checkpoint`),
-  "eval_after" the RL run's latest checkpoints, then the held-out curve (greedy)."""
+  "eval_after" the RL run's latest checkpoints, then the held-out curve (greedy); `mode`
+  is the config's `experiment.mode`."""
   paths = RunPaths.from_config(config, workdir)
   if stage == "eval_before":
-    mode = parse_mode(str(config.experiment.mode))
-    run_evaluation(config, paths, "warm_start", {
+    run_evaluation(config, mode, paths, "warm_start", {
         role: Source(str(config[role].model.init_checkpoint), "params") for role in mode.agents})
     return
-  for label, (step, sources) in _evaluation_sources(config, paths).items():
-    run_evaluation(config, paths, label, sources, greedy_only=label != "final", step=step)
+  for label, (step, sources) in _evaluation_sources(config, mode, paths).items():
+    run_evaluation(config, mode, paths, label, sources, greedy_only=label != "final",
+                   step=step)
 
 
 def _evaluate(config, workdir: str, spawn, stage: str, labels: dict[str, int | None]
@@ -110,24 +110,25 @@ def _evaluate(config, workdir: str, spawn, stage: str, labels: dict[str, int | N
   return {label: evaluated(paths, label, step) for label, step in labels.items()}
 
 
-def _evaluate_warm_start(config, workdir: str, spawn) -> dict[str, Any]:
+def _evaluate_warm_start(config, mode: Mode, workdir: str, spawn) -> dict[str, Any]:
   """The warm start's held-out summary: evaluated by an "eval_before" child, or, for a
   warm-start folder shared with other runs (`warm_start.dir`), copied from the one of
   them that evaluated it under the same `evaluation_key`."""
   labels = {"warm_start": None}
   paths = RunPaths.from_config(config, workdir)
   if config.warm_start.enabled and config.warm_start.dir and evaluated(paths, "warm_start") is None:
-    kept = warm_start_folder(config, paths) / "eval" / evaluation_key(config)
+    kept = warm_start_folder(config, paths) / "eval" / evaluation_key(config, mode)
     shared_evaluation(paths, "warm_start", kept,
                       lambda: _evaluate(config, workdir, spawn, "eval_before", labels))
   return _evaluate(config, workdir, spawn, "eval_before", labels)["warm_start"]
 
 
-def run_all(config, workdir: str, spawn) -> None:
+def run_all(config, mode: Mode, workdir: str, spawn) -> None:
   """warm start -> eval before -> RL -> eval after -> report; every stage in children.
 
   Args:
     config: the run's config.
+    mode: its `experiment.mode`, parsed.
     workdir: the run's folder.
     spawn: `spawn(config, workdir, slices, stage)` runs `stage` ("warm_start", "rl",
       "eval_before", "eval_after") of each of `slices` ("main", "sub"; "all" for an
@@ -135,22 +136,21 @@ def run_all(config, workdir: str, spawn) -> None:
   """
   absl_logging.set_verbosity(absl_logging.WARNING)  # library INFO lines drown the stages
   paths = RunPaths.from_config(config, workdir)
-  mode = parse_mode(str(config.experiment.mode))
   if int(config.curriculum.stage2_steps):
-    curriculum.check_stage2(config, paths)
+    curriculum.check_stage2(config, mode, paths)
   before = after = None
   if config.warm_start.enabled:
-    config = with_init_checkpoints(config, run_warm_start(config, paths, spawn))
+    config = with_init_checkpoints(config, mode, run_warm_start(config, mode, paths, spawn))
   warm_started = all(config[role].model.init_checkpoint for role in mode.agents)
   if config.eval.enabled and warm_started:
-    before = _evaluate_warm_start(config, workdir, spawn)
+    before = _evaluate_warm_start(config, mode, workdir, spawn)
   config = _keeps_curve_checkpoints(config)
   spawn(config, workdir, ("sub", "main"), "rl")
   curve = []
   if config.eval.enabled:
     summaries = _evaluate(config, workdir, spawn, "eval_after",
                           {label: step for label, (step, _) in
-                           _evaluation_sources(config, paths).items()})
+                           _evaluation_sources(config, mode, paths).items()})
     after = summaries.pop("final")
     curve = [(int(label.removeprefix("step_")), summary) for label, summary in summaries.items()]
   written = report.write_report(paths.local, paths.logs("main") / "metrics.jsonl",
@@ -161,10 +161,10 @@ def run_all(config, workdir: str, spawn) -> None:
   for line in written.table.splitlines() + report.file_lines(paths.local):
     log(line)
   if int(config.curriculum.stage2_steps):
-    _run_stage2(config, workdir, spawn)
+    _run_stage2(config, mode, workdir, spawn)
 
 
-def _run_stage2(config, workdir: str, spawn) -> None:
+def _run_stage2(config, mode: Mode, workdir: str, spawn) -> None:
   """The two-stage curriculum's stage 2 (`curriculum.py`): its questions chosen by a
   `select_stage2` child (once), then its own run in `<workdir>/stage2`."""
   paths = RunPaths.from_config(config, workdir)
@@ -174,4 +174,4 @@ def _run_stage2(config, workdir: str, spawn) -> None:
   else:
     spawn(config, workdir, ("all",), "select_stage2")
   log(f"stage 2: {folder}")
-  run_all(curriculum.stage2_config(config, paths), str(folder), spawn)
+  run_all(curriculum.stage2_config(config, mode, paths), mode, str(folder), spawn)

@@ -34,6 +34,7 @@ import sys
 import threading
 import time
 
+from mgrpo_jax.config.modes import parse_mode
 from mgrpo_jax.metrics.wandb_run import import_wandb
 from mgrpo_jax.scale.writers import is_verbose
 from mgrpo_jax.slices.child_env import cannot_share, child_environments, detect_accelerators
@@ -66,34 +67,35 @@ def run_slice(slice_name: str, config, workdir: str, stage: str = "rl") -> None:
     raise ValueError(f"stage must be one of {STAGES}, got {stage!r}")
   if config.logging.wandb.enabled:
     import_wandb()  # a missing package fails here, not after the warm start
+  mode = parse_mode(str(config.experiment.mode))  # parsed once: every stage below gets it
   if stage in EVAL_STAGES:
     if slice_name != "all":
       raise ValueError(f"stage {stage!r} evaluates the whole system: slice 'all', got "
                        f"{slice_name!r}")
     if stage == "select_stage2":
       from mgrpo_jax.slices.curriculum import run_selection_stage
-      run_selection_stage(config, workdir)
+      run_selection_stage(config, mode, workdir)
     else:
       from mgrpo_jax.slices.pipeline import run_evaluation_stage
-      run_evaluation_stage(config, workdir, stage)
+      run_evaluation_stage(config, mode, workdir, stage)
   elif stage == "warm_start":
     if slice_name not in ("main", "sub"):
       raise ValueError(f"stage 'warm_start' runs one agent: slice 'main' or 'sub', got "
                        f"{slice_name!r} (slice 'all' runs every stage)")
     from mgrpo_jax.warm_start.stage import warm_start_agent
-    warm_start_agent(config, workdir, slice_name)
+    warm_start_agent(config, mode, workdir, slice_name)
   elif slice_name == "main":
     from mgrpo_jax.slices.main_slice import run_main_slice
-    run_main_slice(config, workdir)
+    run_main_slice(config, mode, workdir)
   elif slice_name == "sub":
     from mgrpo_jax.slices.sub_slice import run_sub_slice
-    run_sub_slice(config, workdir)
+    run_sub_slice(config, mode, workdir)
   elif slice_name == "both":
     from mgrpo_jax.slices.colocated import run_colocated
-    run_colocated(config, workdir)
+    run_colocated(config, mode, workdir)
   elif slice_name == "all":
     from mgrpo_jax.slices.pipeline import run_all
-    run_all(config, workdir, run_children)
+    run_all(config, mode, workdir, run_children)
   else:
     raise ValueError(f"slice must be one of {SLICES}, got {slice_name!r}")
 

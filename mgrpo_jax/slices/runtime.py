@@ -1,4 +1,4 @@
-"""What both slices run on, built once: `open_runtime(config, workdir, role)`.
+"""What both slices run on, built once: `open_runtime(config, mode, workdir, role)`.
 
 A slice's loop (`main_slice.py`, `sub_slice.py`) is the step protocol of
 docs/ALGORITHM.md; everything it stands on is here: the step's settings, the run's
@@ -21,7 +21,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from mgrpo_jax.config.modes import Mode, parse_mode
+from mgrpo_jax.config.modes import Mode
 from mgrpo_jax.scale import distributed
 from mgrpo_jax.scale.multihost import device_batch, rollout_model
 from mgrpo_jax.scale.writers import log
@@ -208,8 +208,9 @@ class SliceRuntime:
     self.checkpointer.close()
 
 
-def open_runtime(config, workdir: str, role: str) -> SliceRuntime:
-  """Everything the `role` slice's loop needs, in the order the slices always built it."""
+def open_runtime(config, mode: Mode, workdir: str, role: str) -> SliceRuntime:
+  """Everything the `role` slice's loop needs, in the order the slices always built it;
+  `mode` is the config's `experiment.mode`, parsed by the caller."""
   check_config(config)
   paths = RunPaths.from_config(config, workdir)
   store = open_run_store(paths)
@@ -223,7 +224,7 @@ def open_runtime(config, workdir: str, role: str) -> SliceRuntime:
   checkpointer = AgentCheckpointer(paths.checkpoints(role), trainer.layout,
                                    CheckpointConfig.from_config(config.checkpoint))
   return SliceRuntime(
-      role=role, config=config, mode=parse_mode(str(config.experiment.mode)), setup=setup,
+      role=role, config=config, mode=mode, setup=setup,
       settings=StepSettings.from_config(config), paths=paths, store=store, files=files,
       world_path=world_path, questions=tasks.questions, registry=tasks.registry,
       expert_judge=tasks.expert_judge, tokenizer=tokenizer,

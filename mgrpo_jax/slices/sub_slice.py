@@ -43,7 +43,7 @@ import numpy as np
 
 from mgrpo_jax.agents.records import SubRecord
 from mgrpo_jax.agents.sub_client import InProcessSubAgentClient
-from mgrpo_jax.config.modes import parse_mode
+from mgrpo_jax.config.modes import Mode
 from mgrpo_jax.scale import distributed
 from mgrpo_jax.scale.multihost import multi_host, servable_params
 from mgrpo_jax.scale.writers import log
@@ -81,13 +81,13 @@ def score_sub_records(indexed, query_ids, correct, questions_by_id, judge):
   return out
 
 
-def run_sub_slice(config, workdir: str) -> None:
-  """Runs the sub slice to `experiment.num_steps` (module docstring)."""
-  mode = parse_mode(str(config.experiment.mode))
+def run_sub_slice(config, mode: Mode, workdir: str) -> None:
+  """Runs the sub slice to `experiment.num_steps` (module docstring) in `mode`, the
+  config's `experiment.mode`."""
   if not mode.decoupled:
     log(f"sub slice: mode={mode.name} has no separate sub-agent slice; nothing to do")
     return
-  rt = open_runtime(config, workdir, "sub")
+  rt = open_runtime(config, mode, workdir, "sub")
   settings, trains = rt.settings, mode.sub_trained
   scoring = step_math.Scoring.of(rt.questions, rt.expert_judge)
   rt.apply_init_checkpoint()
@@ -179,7 +179,7 @@ def _serve(rt: SliceRuntime, policy, versions: WeightVersions, start: int):
       max_batches=rollout_config.main.max_turns, max_chars=rollout_config.max_argument_chars)
   client = InProcessSubAgentClient(agent_setup.rollout_policy(policy, rt.tokenizer, "sub"),
                                    rt.tokenizer, rt.registry, rollout_config,
-                                   spec=agent_setup.agent_specs(config)[1])
+                                   spec=agent_setup.agent_specs(config, rt.mode)[1])
   service = SubAgentService(policy, rt.layout.graphdef, client, versions, rt.cache, gate,
                             after_persist=lambda step: crash_point("sub", "served", step))
   serving = config.serving

@@ -38,7 +38,7 @@ from mgrpo_jax import plugins
 from mgrpo_jax.agents import specs
 from mgrpo_jax.agents.config import RolloutConfig
 from mgrpo_jax.agents.policy import SamplerPolicy
-from mgrpo_jax.config.modes import parse_mode
+from mgrpo_jax.config.modes import Mode
 from mgrpo_jax.config.spec import PRETRAINED_PRESETS
 from mgrpo_jax.models import get_config, init_model, load_pretrained
 from mgrpo_jax.models.lora import with_lora
@@ -180,12 +180,12 @@ def rollout_config(config) -> RolloutConfig:
                        max_sub_calls=int(config.mgrpo.max_sub_calls))
 
 
-def agent_specs(config, mode: str | None = None) -> tuple[specs.AgentSpec, specs.AgentSpec]:
-  """(M's or the single agent's spec, S's spec) with `prompts.system`'s system prompts,
-  each with its role's user tools (`plugins.user_tools`) after the built-in ones; of
-  `mode` (default `experiment.mode`)."""
+def agent_specs(config, mode: Mode) -> tuple[specs.AgentSpec, specs.AgentSpec]:
+  """(M's or the single agent's spec, S's spec) of `mode` with `prompts.system`'s system
+  prompts, each with its role's user tools (`plugins.user_tools`) after the built-in
+  ones."""
   style = str(config.prompts.system)
-  main_role = parse_mode(mode or str(config.experiment.mode)).main_role
+  main_role = mode.main_role
   extra = plugins.user_tools()
   return (specs.spec_for(main_role, style, extra[main_role]),
           specs.spec_for("sub", style, extra["sub"]))

@@ -19,7 +19,7 @@ import pathlib
 from typing import Any
 
 from mgrpo_jax.config import ConfigError, flat_values
-from mgrpo_jax.config.modes import parse_mode
+from mgrpo_jax.config.modes import Mode
 from mgrpo_jax.utils.atomic_files import atomic_write
 
 CONFIG_NAME = "warm_start_config.json"
@@ -43,26 +43,27 @@ NOT_WARM_STARTED = (
 )
 
 
-def mode_values(mode) -> dict[str, Any]:
+def mode_values(mode: Mode) -> dict[str, Any]:
   """What `experiment.mode` decides of a warm start: its agents, the mode whose oracles
   demonstrate, M's spec role."""
-  mode = parse_mode(mode)
   return {"mode.agents": list(mode.agents), "mode.demonstration": mode.demonstration.name,
           "mode.main_role": mode.main_role}
 
 
-def defining_values(config) -> dict[str, Any]:
-  """{key: value} that a warm start under `config` is computed from (module docstring)."""
+def defining_values(config, mode: Mode) -> dict[str, Any]:
+  """{key: value} that a warm start under `config` (in `mode`, its `experiment.mode`) is
+  computed from (module docstring)."""
   values = flat_values(config, excluding=NOT_WARM_STARTED)
-  values.update(mode_values(str(config.experiment.mode)))
+  values.update(mode_values(mode))
   return dict(sorted(values.items()))
 
 
-def check_or_record(config, folder: pathlib.Path, *, built: bool) -> None:
+def check_or_record(config, mode: Mode, folder: pathlib.Path, *, built: bool) -> None:
   """Records `config`'s defining values in `folder`, or checks them against the record.
 
   Args:
     config: the run's config.
+    mode: its `experiment.mode`, parsed.
     folder: the warm start's folder (`training.paths.warm_start_folder`).
     built: whether the folder already holds a warm start (or an agent's part of one);
       such a folder without a record was built before records existed, and is neither
@@ -73,7 +74,7 @@ def check_or_record(config, folder: pathlib.Path, *, built: bool) -> None:
       the warm start are left as they are).
   """
   path = folder / CONFIG_NAME
-  values = defining_values(config)
+  values = defining_values(config, mode)
   if not path.exists():
     if not built:
       atomic_write(path, json.dumps(values, indent=1).encode())

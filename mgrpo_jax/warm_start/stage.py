@@ -24,7 +24,7 @@ import pathlib
 import time
 from typing import Any
 
-from mgrpo_jax.config.modes import parse_mode
+from mgrpo_jax.config.modes import Mode, parse_mode
 from mgrpo_jax.metrics import PhaseProgress
 from mgrpo_jax.scale.writers import log
 from mgrpo_jax.training import agent_setup
@@ -72,7 +72,7 @@ NLL_SEQUENCES = 64
 _DONE = "warm_start.json"
 
 
-def run_warm_start(config, paths: RunPaths, spawn) -> dict[str, str]:
+def run_warm_start(config, mode: Mode, paths: RunPaths, spawn) -> dict[str, str]:
   """Stage 1 (module docstring); returns {role: parameter checkpoint folder}.
 
   What every agent's process reads (the world, the demonstration worlds' indexes) is
@@ -82,10 +82,10 @@ def run_warm_start(config, paths: RunPaths, spawn) -> dict[str, str]:
   """
   folder = warm_start_folder(config, paths)
   folder.mkdir(parents=True, exist_ok=True)
-  dirs = {role: str(folder / role) for role in parse_mode(config.experiment.mode).agents}
+  dirs = {role: str(folder / role) for role in mode.agents}
   with file_lock(folder / ".lock"):
     done = folder / _DONE
-    check_or_record(config, folder, built=_built(folder, dirs))
+    check_or_record(config, mode, folder, built=_built(folder, dirs))
     if done.exists():
       log(f"warm start: reusing {folder}")
       return dirs
@@ -111,7 +111,7 @@ def _built(folder: pathlib.Path, roles) -> bool:
   return (folder / _DONE).exists() or any(_agent_summary(folder, r).exists() for r in roles)
 
 
-def warm_start_agent(config, workdir: str, role: str) -> None:
+def warm_start_agent(config, mode: Mode, workdir: str, role: str) -> None:
   """One agent's stage 1 (`--slice=<role> --stage=warm_start`): collects the noisy
   oracles' demonstrations, then the copy curriculum and SFT of `role`'s model; writes
   its parameter checkpoint `<folder>/<role>` and `<folder>/<role>.json` (skipped when
@@ -119,16 +119,16 @@ def warm_start_agent(config, workdir: str, role: str) -> None:
 
   Args:
     config: the run's config.
+    mode: its `experiment.mode`, parsed.
     workdir: the run's folder.
-    role: "main" (M, or the single agent) or "sub"; must be trained in
-      `experiment.mode` (`Mode.agents`).
+    role: "main" (M, or the single agent) or "sub"; must be trained in `mode`
+      (`Mode.agents`).
   """
   paths = RunPaths.from_config(config, workdir)
-  mode = parse_mode(str(config.experiment.mode))
   mode.check_agent(role)
   folder = warm_start_folder(config, paths)
   folder.mkdir(parents=True, exist_ok=True)
-  check_or_record(config, folder, built=_built(folder, mode.agents))
+  check_or_record(config, mode, folder, built=_built(folder, mode.agents))
   if _agent_summary(folder, role).exists():
     log(f"warm start {role}: reusing {folder / role}")
     return
@@ -136,7 +136,7 @@ def warm_start_agent(config, workdir: str, role: str) -> None:
   seed = int(config.experiment.seed)
   world_path = ensure_world(paths.local, config.world, log)
   worlds = demonstration_worlds(config, world_path, folder)
-  main_spec, sub_spec = agent_setup.agent_specs(config)
+  main_spec, sub_spec = agent_setup.agent_specs(config, mode)
   setups = {r: AgentSetup.from_config(config, r) for r in mode.agents}
   tokenizer = functools.partial(agent_setup.world_tokenizer, paths.local, config)
   models = {r: agent_setup.build_model(setups[r], tokenizer) for r in mode.agents}
@@ -150,8 +150,9 @@ def warm_start_agent(config, workdir: str, role: str) -> None:
       demonstrators=team, mode=mode.demonstration,
       key=agent_setup.derive_seed(seed, "demos"))
   if mode.single and str(ws.budget) == "team_tokens":
-    as_team = functools.partial(demonstrate, mode="mgrpo", demonstrators=dataclasses.replace(
-        team, main_spec=agent_setup.agent_specs(config, "mgrpo")[0]))
+    team_mode = parse_mode("mgrpo")
+    as_team = functools.partial(demonstrate, mode=team_mode, demonstrators=dataclasses.replace(
+        team, main_spec=agent_setup.agent_specs(config, team_mode)[0]))
     worlds, budget = _team_token_worlds(config, world_path, folder, worlds, demonstrate,
                                         as_team)
   else:
@@ -260,12 +261,13 @@ def _learn_to_copy(role: str, state, layout, demonstrations, steps: int, window_
   return state, summary
 
 
-def with_init_checkpoints(config, dirs: dict[str, str]):
-  """A copy of `config` whose agents start from `dirs` (keys already set are kept)."""
+def with_init_checkpoints(config, mode: Mode, dirs: dict[str, str]):
+  """A copy of `config` whose agents start from `dirs` (keys already set are kept);
+  `mode` is its `experiment.mode`."""
   config = copy.deepcopy(config)
   for role, directory in dirs.items():
     if not config[role].model.init_checkpoint:
       config[role].model.init_checkpoint = directory
-  if "sub" not in dirs and parse_mode(config.experiment.mode).shared:
+  if "sub" not in dirs and mode.shared:
     config.sub.model.init_checkpoint = config.main.model.init_checkpoint
   return config

@@ -42,7 +42,7 @@ def _result(setup, rate, world="test_world", sub_tokenizer=None):
   main = Agent(OraclePolicy(OracleMainAgent(MainNoise(rate=rate)), tokenizer), tokenizer)
   sub = Agent(OraclePolicy(OracleSubAgent(SubNoise(rate=rate)), sub_tokenizer),
               sub_tokenizer)
-  main_spec, sub_spec = agent_setup.agent_specs(config)
+  main_spec, sub_spec = agent_setup.agent_specs(config, parse_mode("mgrpo"))
   setup = held_out.EvalSetup(
       mode=parse_mode("mgrpo"),
       registry=agent_setup.tool_registry(world_path, config, world=world),
@@ -114,7 +114,7 @@ def _symbolic_sub_scores(symbolic, sub_rate):
   rendering = SYMBOLIC
   main = Agent(OraclePolicy(rendering.main_oracle(0.0, 0), tokenizer), tokenizer)
   sub = Agent(OraclePolicy(rendering.sub_oracle(sub_rate, 0), tokenizer), tokenizer)
-  main_spec, sub_spec = agent_setup.agent_specs(config)
+  main_spec, sub_spec = agent_setup.agent_specs(config, parse_mode("mgrpo"))
   setup = held_out.EvalSetup(
       mode=parse_mode("mgrpo"),
       registry=agent_setup.tool_registry(world_path, config, world="test_world"),

@@ -129,11 +129,13 @@ def test_a_shared_warm_start_of_other_values_exits_2_naming_the_key(tmp_path):
   """A warm-start folder records what it was computed from (here written as the first run
   would); a run of another test world that names it is refused before anything runs."""
   from configs.local_demo import get_config
+  from mgrpo_jax.config.modes import parse_mode
   from mgrpo_jax.warm_start.folder_config import check_or_record
 
   shared = tmp_path / "warm_start"
   shared.mkdir()
-  check_or_record(get_config("short"), shared, built=False)
+  config = get_config("short")
+  check_or_record(config, parse_mode(str(config.experiment.mode)), shared, built=False)
   proc = run("--slice=all", "--config=configs/local_demo.py:short",
              f"--workdir={tmp_path / 'run'}", f"--config.warm_start.dir={shared}",
              "--config.world.test_seed=2")

@@ -79,9 +79,10 @@ def oracle_evaluation(tmp_path_factory):
                              split="test")[:QUESTIONS]
   tokenizer = agent_setup.world_tokenizer(root, config)
   rendering = world_rendering(config)
-  main_spec, sub_spec = agent_setup.agent_specs(config)
+  mode = parse_mode(str(config.experiment.mode))
+  main_spec, sub_spec = agent_setup.agent_specs(config, mode)
   setup = held_out.EvalSetup(
-      mode=parse_mode(str(config.experiment.mode)),
+      mode=mode,
       registry=agent_setup.tool_registry(world_path, config, world="test_world"),
       rollout_config=agent_setup.rollout_config(config), questions=questions,
       main_spec=main_spec, sub_spec=sub_spec, rendering=rendering)

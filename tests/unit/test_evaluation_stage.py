@@ -13,7 +13,9 @@ import pytest
 from mgrpo_jax import plugins
 from mgrpo_jax.agents.records import MainRecord
 from mgrpo_jax.config import apply_overrides, base_config, flat_values
-from mgrpo_jax.evaluation.stage import evaluation_key, shared_evaluation, write_page
+from mgrpo_jax.config.modes import parse_mode
+from mgrpo_jax.evaluation import stage as evaluation_stage
+from mgrpo_jax.evaluation.stage import shared_evaluation, write_page
 from mgrpo_jax.training.paths import RunPaths
 from mgrpo_jax.utils.atomic_files import atomic_write
 from tests.support import user_rewards
@@ -26,6 +28,11 @@ def _config(**overrides):
                            "main.model.init_checkpoint": "/w/multi-s0/main",
                            "sub.model.init_checkpoint": "/w/multi-s0/sub", **overrides})
   return config
+
+
+def evaluation_key(config) -> str:
+  """The key of `config` in its own `experiment.mode`."""
+  return evaluation_stage.evaluation_key(config, parse_mode(str(config.experiment.mode)))
 
 
 def test_flat_values_lists_every_key_but_the_excluded_ones_and_groups():
@@ -149,8 +156,8 @@ def test_an_evaluation_says_what_it_evaluates_as_it_starts_and_its_result_as_it_
     monkeypatch, tmp_path, capsys):
   from mgrpo_jax.evaluation import held_out, stage
 
-  def evaluate_sources(config, root, sources, *, greedy_only):
-    del config, root, sources
+  def evaluate_sources(config, mode, root, sources, *, greedy_only):
+    del config, mode, root, sources
     assert greedy_only
     print("evaluating", flush=True)
     return held_out.EvalResult({"accuracy": 0.75, "accuracy_ci95": 0.125,
@@ -159,7 +166,7 @@ def test_an_evaluation_says_what_it_evaluates_as_it_starts_and_its_result_as_it_
   monkeypatch.setattr(held_out, "evaluate_sources", evaluate_sources)
   paths = _paths(tmp_path, "mgrpo-s0")
   config = _config(**{"eval.num_questions": 40, "eval.viewer_questions": 0})
-  stage.run_evaluation(config, paths, "step_5", {}, greedy_only=True, step=5)
+  stage.run_evaluation(config, parse_mode("mgrpo"), paths, "step_5", {}, greedy_only=True, step=5)
   lines = capsys.readouterr().out.splitlines()
   assert lines[0] == ("eval step_5: evaluating the checkpoints of RL step 5 on up to 40 test "
                       "questions (greedy only)")
@@ -172,5 +179,6 @@ def test_an_evaluation_says_what_it_evaluates_as_it_starts_and_its_result_as_it_
   assert stage._start_line(config, "warm_start", None, greedy_only=False) == (
       "eval warm_start: evaluating the warm start on up to 40 test questions "
       "(1 sample each and greedy)")
-  stage.run_evaluation(config, paths, "step_5", {}, greedy_only=True, step=5)  # done: quiet
+  stage.run_evaluation(config, parse_mode("mgrpo"), paths, "step_5", {}, greedy_only=True,
+                       step=5)  # done: quiet
   assert capsys.readouterr().out == ""

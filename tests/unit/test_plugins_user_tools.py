@@ -19,6 +19,7 @@ from mgrpo_jax.agents import (
   specs,
 )
 from mgrpo_jax.config import base_config
+from mgrpo_jax.config.modes import parse_mode
 from mgrpo_jax.slices.run import write_launch_files
 from mgrpo_jax.tasks import pages, world
 from mgrpo_jax.tasks.oracle import Action, OracleSubAgent
@@ -32,6 +33,7 @@ EXAMPLE = str(ROOT / "configs" / "examples" / "my_tools.gin")
 CONVERT = {"value": 3, "from_unit": "mi", "to_unit": "km"}
 CONVERTED = "3 mi = 4.82803 km"
 LIMITS = AgentLimits(max_turns=4, context_tokens=4096, max_new_tokens=256)
+MGRPO = parse_mode("mgrpo")  # base_config's mode
 Task = collections.namedtuple("Task", "id text")
 
 pytestmark = pytest.mark.usefixtures("clean_gin")
@@ -116,7 +118,7 @@ class CallThenAnswer:
 
 def _rollout(config, index_path, tokenizer, tool: str, args: dict):
   """One M rollout of the real controller over the run's specs and registry."""
-  main_spec, sub_spec = agent_setup.agent_specs(config)
+  main_spec, sub_spec = agent_setup.agent_specs(config, MGRPO)
   registry = agent_setup.index_tool_registry(index_path, config)
   controller = make_controller(
       "mgrpo", Agent(OraclePolicy(CallThenAnswer(tool, args), tokenizer), tokenizer),
@@ -135,7 +137,7 @@ def test_the_example_gives_the_main_agent_the_tool_and_its_prompt_lists_it(style
   plugins.parse_gin([EXAMPLE], [])
   config = base_config()
   config.prompts.system = style
-  main_spec, sub_spec = agent_setup.agent_specs(config)
+  main_spec, sub_spec = agent_setup.agent_specs(config, MGRPO)
   assert main_spec.tool_names == ("delegate", "reason", "unit_convert")
   assert sub_spec.tool_names == ("search", "visit")
   assert listed in main_spec.system_prompt()
@@ -151,7 +153,7 @@ def test_the_example_gives_the_main_agent_the_tool_and_its_prompt_lists_it(style
 def test_check_action_accepts_a_valid_call_and_refuses_bad_arguments(config, arguments,
                                                                        error):
   plugins.parse_gin([EXAMPLE], [])
-  main_spec, _ = agent_setup.agent_specs(config)
+  main_spec, _ = agent_setup.agent_specs(config, MGRPO)
   checked = specs.parse_action(main_spec, _call_text(arguments))
   if error is None:
     assert (checked.kind, checked.name, checked.arguments) == (protocol.TOOL_CALL,
@@ -162,7 +164,7 @@ def test_check_action_accepts_a_valid_call_and_refuses_bad_arguments(config, arg
 
 def test_an_agent_without_the_tool_refuses_it(config):
   plugins.parse_gin([EXAMPLE], [])
-  _, sub_spec = agent_setup.agent_specs(config)
+  _, sub_spec = agent_setup.agent_specs(config, MGRPO)
   assert specs.parse_action(sub_spec, _call_text(CONVERT)).code == protocol.UNKNOWN_TOOL
 
 
@@ -195,7 +197,7 @@ def test_a_tool_that_raises_gives_an_error_observation_not_a_crash(config, index
 def test_one_factory_bound_to_two_agents_is_one_tool(config, index_path):
   factory = "@configs.examples.my_tools.unit_convert_tool"
   plugins.parse_gin([EXAMPLE], [f"mgrpo_jax.plugins.user_tools.sub = [{factory}]"])
-  main_spec, sub_spec = agent_setup.agent_specs(config)
+  main_spec, sub_spec = agent_setup.agent_specs(config, MGRPO)
   assert main_spec.tools[-1] is sub_spec.tools[-1]
   assert agent_setup.index_tool_registry(index_path, config).names[-1] == "unit_convert"
 

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from mgrpo_jax.config import ConfigError, apply_overrides, base_config
+from mgrpo_jax.config.modes import parse_mode
 from mgrpo_jax.slices import curriculum
 
 
@@ -47,8 +48,8 @@ def test_stage2_trains_at_the_scaled_learning_rates(tmp_path):
   from mgrpo_jax.training.paths import RunPaths
   config = _config(**{"curriculum.stage2_steps": 5, "curriculum.learning_rate_scale": 0.25,
                       "main.optim.learning_rate": 1e-3, "sub.optim.learning_rate": 4e-3})
-  stage2 = curriculum.stage2_config(config, RunPaths(str(tmp_path), tmp_path,
-                                                     str(tmp_path / "store")),
+  stage2 = curriculum.stage2_config(config, parse_mode("mgrpo"),
+                                    RunPaths(str(tmp_path), tmp_path, str(tmp_path / "store")),
                                     selected=False)
   assert stage2.main.optim.learning_rate == pytest.approx(2.5e-4)
   assert stage2.sub.optim.learning_rate == pytest.approx(1e-3)

@@ -256,12 +256,12 @@ def test_init_checkpoints_follow_the_mode_and_keep_explicit_ones():
   assert parse_mode("single_agent").agents == ("main",)
   config = base_config()
   config.sub.model.init_checkpoint = "mine"
-  out = with_init_checkpoints(config, {"main": "ws/main", "sub": "ws/sub"})
+  out = with_init_checkpoints(config, parse_mode("mgrpo"), {"main": "ws/main", "sub": "ws/sub"})
   assert (out.main.model.init_checkpoint, out.sub.model.init_checkpoint) == ("ws/main", "mine")
   assert config.main.model.init_checkpoint == ""  # the input is not changed
   shared = base_config()
   shared.experiment.mode = "shared_policy"
-  out = with_init_checkpoints(shared, {"main": "ws/main"})
+  out = with_init_checkpoints(shared, parse_mode("shared_policy"), {"main": "ws/main"})
   assert out.sub.model.init_checkpoint == "ws/main"
   with pytest.raises(ValueError, match="kind"):
     Source("d", "weights")
@@ -279,7 +279,8 @@ def test_an_extended_run_evaluates_its_final_checkpoints_again(tmp_path):
   def spawn(config, workdir, slices, stage):  # the evaluation child's writes, by label
     spawned.append((slices, stage))
     (paths.local / "eval").mkdir(parents=True, exist_ok=True)
-    for label, (step, _) in pipeline._evaluation_sources(config, paths).items():
+    for label, (step, _) in pipeline._evaluation_sources(config, parse_mode("mgrpo"),
+                                                                paths).items():
       if evaluated(paths, label, step) is None:
         (paths.local / "eval" / f"{label}.json").write_text(json.dumps(
             {"label": label, "step": step, "accuracy": step / 10}))

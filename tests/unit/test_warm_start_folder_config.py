@@ -5,13 +5,24 @@ import json
 import pytest
 
 from mgrpo_jax.config import ConfigError, apply_overrides, base_config
-from mgrpo_jax.warm_start.folder_config import CONFIG_NAME, check_or_record, defining_values
+from mgrpo_jax.config.modes import parse_mode
+from mgrpo_jax.warm_start import folder_config
+from mgrpo_jax.warm_start.folder_config import CONFIG_NAME
 
 
 def _config(**overrides):
   config = base_config()
   apply_overrides(config, overrides)
   return config
+
+
+def defining_values(config):
+  return folder_config.defining_values(config, parse_mode(str(config.experiment.mode)))
+
+
+def check_or_record(config, folder, *, built):
+  folder_config.check_or_record(config, parse_mode(str(config.experiment.mode)), folder,
+                                built=built)
 
 
 def test_the_team_arms_share_a_warm_start_and_the_other_arms_do_not():

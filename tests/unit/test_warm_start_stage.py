@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from mgrpo_jax.config import apply_overrides, base_config
+from mgrpo_jax.config.modes import parse_mode
 from mgrpo_jax.training import learning_rate_schedule
 from mgrpo_jax.warm_start.sft import SFTConfig, sft_steps
 from mgrpo_jax.warm_start.stage import SFT_WARMUP_STEPS, warm_start_agent, warm_start_optimizer
@@ -21,7 +22,7 @@ def test_a_warm_start_without_demonstrations_names_the_role_and_the_limits(tmp_p
       "main.sampling.max_new_tokens": 2})  # too short for any delegation turn
   with pytest.raises(ValueError, match=r"warm start sub: .* 4 questions gave no sub "
                                        r"demonstrations.*max_new_tokens"):
-    warm_start_agent(config, str(tmp_path), "sub")
+    warm_start_agent(config, parse_mode("mgrpo"), str(tmp_path), "sub")
 
 
 @pytest.mark.parametrize("schedule", ["constant", "cosine"])
