@@ -29,9 +29,9 @@ from mgrpo_jax.core.rewards import RewardWeights
 from mgrpo_jax.evaluation import held_out, trajectories
 from mgrpo_jax.metrics import trajectory_page
 from mgrpo_jax.scale.writers import log
-from mgrpo_jax.training.files import file_lock
 from mgrpo_jax.training.paths import RunPaths
 from mgrpo_jax.utils.atomic_files import atomic_write
+from mgrpo_jax.utils.file_lock import file_lock
 
 # Keys that name a run or shape only its RL stage, never what an evaluation of given
 # parameters computes (`experiment.mode` enters as `Mode.rollouts`).

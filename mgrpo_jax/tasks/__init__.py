@@ -8,7 +8,7 @@ programmatic expert score), `oracle` (scripted M and S policies, clean and noisy
 `datasets` / `tfds_builder` / `build` (ArrayRecord datasets and search indexes),
 `loaders` (GAIA and generic benchmark files).
 
-`tasks` may import `tools` (the search index and the reason evaluator); it
-imports nothing from models or training. `tfds_builder` and `build` import
+`tasks` may import `tools` (the search index and the reason evaluator) and `utils`
+(file locks); it imports nothing from models or training. `tfds_builder` and `build` import
 tensorflow_datasets; the rest needs only numpy and the standard library.
 """

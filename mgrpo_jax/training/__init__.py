@@ -16,7 +16,7 @@ Each agent (main M, sub-agent S) owns a mesh, an optimizer, a `TrainState` and a
 
 Also here: what an agent is built from (`agent_setup`: tokenizer, model, sampler, train
 state; `tokenizer_corpus`: the world tokenizer's training text), the run's data
-(`data`), its folder layout (`paths`), crash-safe files (`files`), the compilation cache
+(`data`), its folder layout (`paths`), records as canonical JSON (`files`), the compilation cache
 and the Hugging Face export. The two slices' step protocol composes these in
 `mgrpo_jax.slices`.
 """

@@ -48,12 +48,12 @@ from mgrpo_jax.tools import ToolRegistry, index_registry, world_index
 from mgrpo_jax.training.agent_config import AgentSetup, agent_limits, derive_seed
 from mgrpo_jax.training.checkpoint import restore_params
 from mgrpo_jax.training.data import world_rendering
-from mgrpo_jax.training.files import file_lock
 from mgrpo_jax.training.mesh import create_mesh
 from mgrpo_jax.training.optimizer import OptimizerConfig, make_optimizer
 from mgrpo_jax.training.tokenizer_corpus import protocol_symbols, tokenizer_corpus
 from mgrpo_jax.training.train_state import StateLayout, TrainState, create_train_state
 from mgrpo_jax.training.update import UpdateConfig
+from mgrpo_jax.utils.file_lock import file_lock
 
 PRETRAINED = PRETRAINED_PRESETS
 

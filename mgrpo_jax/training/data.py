@@ -33,7 +33,7 @@ from mgrpo_jax.tasks.oracle.noise import parse_mistake_rates
 from mgrpo_jax.tasks.questions import Mixture, Question
 from mgrpo_jax.tasks.renderings import Rendering, get_rendering
 from mgrpo_jax.tasks.world import Fact
-from mgrpo_jax.training.files import file_lock
+from mgrpo_jax.utils.file_lock import file_lock
 
 STAGES = {"stage1": 1, "stage2": 2}
 # Field names of a user's JSONL or CSV questions file when `world.source_fields` is empty.

@@ -1,35 +1,17 @@
-"""Local files shared by the slices: file locks and plain JSON.
+"""Records as canonical JSON, for the slices' caches and queues.
 
-`file_lock` serializes one-time work shared by the two slices (building the world,
-training the tokenizer) with `fcntl.flock`, which the kernel releases when a holder
-dies. (Atomic writes: `mgrpo_jax.utils.atomic_files`.) `dump_json` writes records holding numpy arrays as
-canonical JSON (`serving.wire.to_plain`: float32 values round-trip exactly).
+`dump_json` writes records holding numpy arrays as canonical JSON
+(`serving.wire.to_plain`: float32 values round-trip exactly); `parse_json` reads it back,
+naming where the bytes came from. (File locks: `mgrpo_jax.utils.file_lock`; atomic
+writes: `mgrpo_jax.utils.atomic_files`.)
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
-import os
-import pathlib
-from collections.abc import Iterator
 from typing import Any
 
 from mgrpo_jax.serving.wire import to_plain
-
-
-@contextlib.contextmanager
-def file_lock(path: str | os.PathLike[str]) -> Iterator[None]:
-  """Holds an exclusive `flock` on `path` (created if needed) for the block."""
-  path = pathlib.Path(path)
-  path.parent.mkdir(parents=True, exist_ok=True)
-  with open(path, "a+b") as f:
-    fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-    try:
-      yield
-    finally:
-      fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
 def dump_json(value: Any) -> bytes:

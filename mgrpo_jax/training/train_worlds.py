@@ -33,7 +33,7 @@ from mgrpo_jax.tools import TaskRoutedRegistry, ToolRegistry
 from mgrpo_jax.tools.search import build_index
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.data import load_questions, question_mixture, world_rendering
-from mgrpo_jax.training.files import file_lock
+from mgrpo_jax.utils.file_lock import file_lock
 
 
 def derived_world_seed(config, purpose: str, index: int) -> int:

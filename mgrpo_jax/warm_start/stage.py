@@ -30,12 +30,12 @@ from mgrpo_jax.scale.writers import log
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.agent_config import AgentSetup
 from mgrpo_jax.training.data import ensure_world, noisy_oracles
-from mgrpo_jax.training.files import file_lock
 from mgrpo_jax.training.mesh import create_mesh
 from mgrpo_jax.training.optimizer import OptimizerConfig, make_optimizer
 from mgrpo_jax.training.paths import RunPaths, warm_start_folder
 from mgrpo_jax.training.train_state import create_train_state
 from mgrpo_jax.utils.atomic_files import atomic_write
+from mgrpo_jax.utils.file_lock import file_lock
 from mgrpo_jax.warm_start.budget import demonstrated_tokens, questions_for_tokens
 from mgrpo_jax.warm_start.copy_curriculum import (
   copy_sequences,

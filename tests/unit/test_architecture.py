@@ -32,7 +32,7 @@ ALLOWED = {
     "models": {"text", "utils"},
     "sampling": {"models", "text", "utils"},
     "tools": set(),
-    "tasks": {"tools"},
+    "tasks": {"tools", "utils"},  # utils: file locks
     "agents": {"tools", "tasks", "text", "sampling", "models", "core", "utils", "config"},
     "plugins": {"core", "tools"},
     "serving": {"agents", "tools", "tasks", "text", "sampling", "models", "core", "utils",
