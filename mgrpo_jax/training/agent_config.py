@@ -4,13 +4,12 @@ What builds, samples and trains an agent (`agent_setup.build_model`,
 `agent_setup.create_agent_state`, `agent_setup.sampler_policy`, a slice's runtime, the
 warm start, an evaluation, the export) reads this typed object, never the agent's
 ConfigDict section beside the whole config. Its seeds are derived here, from the run
-seed and the role (`derive_seed`), and nowhere else.
+seed and the role (`utils.seeds.derive_seed`), and nowhere else.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from typing import Any
 
 from mgrpo_jax.agents import protocol
@@ -21,12 +20,7 @@ from mgrpo_jax.sampling.buckets import doubling_lengths
 from mgrpo_jax.training.mesh import MeshConfig
 from mgrpo_jax.training.optimizer import OptimizerConfig
 from mgrpo_jax.training.update import UpdateConfig
-
-
-def derive_seed(seed: int, *names: Any) -> int:
-  """A 31-bit seed determined by the run seed and the names (e.g. "init", "main")."""
-  text = "/".join([str(int(seed))] + [str(n) for n in names]).encode()
-  return int.from_bytes(hashlib.sha256(text).digest()[:4], "big") & 0x7FFFFFFF
+from mgrpo_jax.utils.seeds import derive_seed
 
 
 def agent_limits(agent: Any) -> AgentLimits:

@@ -45,7 +45,7 @@ from mgrpo_jax.models.lora import with_lora
 from mgrpo_jax.sampling import Sampler, SamplerConfig, SamplingParams
 from mgrpo_jax.text import DEFAULT_USER_DEFINED_SYMBOLS, SentencePieceTokenizer, Tokenizer
 from mgrpo_jax.tools import ToolRegistry, index_registry, world_index
-from mgrpo_jax.training.agent_config import AgentSetup, agent_limits, derive_seed
+from mgrpo_jax.training.agent_config import AgentSetup, agent_limits
 from mgrpo_jax.training.checkpoint import restore_params
 from mgrpo_jax.training.data import world_rendering
 from mgrpo_jax.training.mesh import create_mesh
@@ -54,6 +54,7 @@ from mgrpo_jax.training.tokenizer_corpus import protocol_symbols, tokenizer_corp
 from mgrpo_jax.training.train_state import StateLayout, TrainState, create_train_state
 from mgrpo_jax.training.update import UpdateConfig
 from mgrpo_jax.utils.file_lock import file_lock
+from mgrpo_jax.utils.seeds import derive_seed
 
 PRETRAINED = PRETRAINED_PRESETS
 

@@ -2,7 +2,8 @@
 
 from mgrpo_jax.agents import protocol
 from mgrpo_jax.config import apply_overrides, base_config
-from mgrpo_jax.training.agent_config import AgentSetup, derive_seed
+from mgrpo_jax.training.agent_config import AgentSetup
+from mgrpo_jax.utils.seeds import derive_seed
 
 
 def test_agent_setup_reads_the_agents_section_and_the_runs_seed_and_steps():
