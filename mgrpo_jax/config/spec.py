@@ -230,7 +230,7 @@ SPEC: dict[str, Any] = {
                               "training world and train_worlds - 1 generated from derived "
                               "seeds, each question's tools and r_expert in its own world, so "
                               "no world's facts can be remembered instead of read "
-                              "(`training/train_worlds.py`; generated questions only).",
+                              "(`tasks/train_worlds.py`; generated questions only).",
                               low=1),
         "stage": Field("stage2", "Question mixture: stage1 (1-2 hops) or stage2 (2-4 hops).",
                        choices=("stage1", "stage2")),

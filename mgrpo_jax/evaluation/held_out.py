@@ -69,12 +69,14 @@ from mgrpo_jax.scale.writers import log
 from mgrpo_jax.tasks.judges import ExactMatchJudge, ExpertJudge
 from mgrpo_jax.tasks.oracle import Action
 from mgrpo_jax.tasks.renderings import NATURAL, Rendering
+from mgrpo_jax.tasks.world_data import ensure_world, load_questions
+from mgrpo_jax.tasks.world_setup import NoiseSettings, WorldSetup, noisy_oracles
 from mgrpo_jax.text import Tokenizer
 from mgrpo_jax.tools import TaskRoutedRegistry, ToolRegistry
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.agent_config import AgentSetup
 from mgrpo_jax.training.checkpoint import AgentCheckpointer, restore_params
-from mgrpo_jax.training.data import ensure_world, load_questions, noisy_oracles, world_rendering
+from mgrpo_jax.training.tokenizer_corpus import TokenizerSetup
 from mgrpo_jax.warm_start.demonstrations import Demonstrators, collect_demonstrations
 
 NUM_EXAMPLES = 2
@@ -314,12 +316,14 @@ def evaluate_sources(config, mode: Mode, root: str | pathlib.Path, sources: dict
   is the result's, and also under "greedy"): the cheap points of the RL curve.
   """
   root = pathlib.Path(root)
-  world_path = ensure_world(root, config.world, log)
+  world = WorldSetup.from_config(config)
+  world_path = ensure_world(root, world, log)
   split = str(config.eval.split)
-  questions = load_questions(world_path, config.world, str(config.world.stage),
+  questions = load_questions(world_path, world, world.stage,
                              split=split)[:int(config.eval.num_questions)]
   registry = agent_setup.tool_registry(world_path, config, world=_SPLIT_WORLDS[split])
-  tokenizer = functools.partial(agent_setup.world_tokenizer, root, config)
+  tokenizer = functools.partial(agent_setup.world_tokenizer, root,
+                                TokenizerSetup.from_config(config))
   main = load_agent(AgentSetup.from_config(config, "main"), tokenizer, sources["main"])
   sub = None
   if mode.sub_agent:
@@ -328,8 +332,8 @@ def evaluate_sources(config, mode: Mode, root: str | pathlib.Path, sources: dict
   main_spec, sub_spec = agent_setup.agent_specs(config, mode)
   setup = EvalSetup(mode=mode, registry=registry,
                     rollout_config=agent_setup.rollout_config(config), questions=questions,
-                    main_spec=main_spec, sub_spec=sub_spec, rendering=world_rendering(config),
-                    expert_judge=held_out_expert_judge(config))
+                    main_spec=main_spec, sub_spec=sub_spec, rendering=world.rendering,
+                    expert_judge=held_out_expert_judge(world, split))
   run = functools.partial(evaluate, setup,
                           key=agent_setup.derive_seed(int(config.experiment.seed), "eval"))
   greedy_main = greedy(main)
@@ -345,22 +349,20 @@ def evaluate_sources(config, mode: Mode, root: str | pathlib.Path, sources: dict
   result.summary["split"] = split
   agents = {"main": main} if sub is None else {"main": main, "sub": sub}
   result.summary["turn_accuracy"] = held_out_turn_accuracy(setup, agents)
-  if str(config.world.source) == "generated":
+  if world.source == "generated":
     result.summary["demonstrated_turn_accuracy"] = held_out_turn_accuracy(
-        setup, agents, oracles=noisy_oracles(config, int(config.experiment.seed)))
+        setup, agents, oracles=noisy_oracles(world, NoiseSettings.from_config(config),
+                                             int(config.experiment.seed)))
   return result
 
 
-def held_out_expert_judge(config) -> ExpertJudge | None:
-  """The expert judge of the generated world `eval.split` asks about (`world.*`): the
+def held_out_expert_judge(world: WorldSetup, split: str) -> ExpertJudge | None:
+  """The expert judge of the generated world the `split` (`eval.split`) asks about: the
   test world, or the training world for the validation split; None for questions from
   a file (`world.source`), whose facts no judge knows."""
-  world = config.world
-  if str(world.source) != "generated":
+  if world.source != "generated":
     return None
-  rendering = world_rendering(config)
-  worlds = rendering.split_worlds(str(world.size), int(world.seed), int(world.test_seed))
-  return rendering.expert_judge(worlds[_SPLIT_WORLDS[str(config.eval.split)] == "test_world"])
+  return world.rendering.expert_judge(world.split_worlds()[_SPLIT_WORLDS[split] == "test_world"])
 
 
 def greedy(agent: Agent) -> Agent:

@@ -41,12 +41,14 @@ from mgrpo_jax.config.modes import Mode
 from mgrpo_jax.evaluation import held_out
 from mgrpo_jax.scale.writers import log
 from mgrpo_jax.tasks.questions import low_success_filter
+from mgrpo_jax.tasks.train_worlds import training_tasks
+from mgrpo_jax.tasks.world_data import ensure_world
+from mgrpo_jax.tasks.world_setup import WorldSetup, question_mixture
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.agent_config import AgentSetup
 from mgrpo_jax.training.checkpoint import AgentCheckpointer, save_params
-from mgrpo_jax.training.data import ensure_world, question_mixture, world_rendering
 from mgrpo_jax.training.paths import RunPaths
-from mgrpo_jax.training.train_worlds import training_tasks
+from mgrpo_jax.training.tokenizer_corpus import TokenizerSetup
 from mgrpo_jax.utils.atomic_files import atomic_write
 
 STAGE2 = "stage2"
@@ -85,7 +87,7 @@ def stage2_config(config, mode: Mode, paths: RunPaths, *, selected: bool = True)
 def check_stage2(config, mode: Mode, paths: RunPaths) -> None:
   """Fails before stage 1 (a ValueError naming the key) when stage 2's question types are
   not in the rendering's stage-2 mixture."""
-  question_mixture(stage2_config(config, mode, paths, selected=False).world)
+  question_mixture(WorldSetup.from_config(stage2_config(config, mode, paths, selected=False)))
 
 
 def check_selection(config, folder: pathlib.Path) -> None:
@@ -109,7 +111,9 @@ def run_selection_stage(config, mode: Mode, workdir: str) -> dict:
   for role in mode.agents:
     _export_final_params(config, role, paths, folder / "init" / role)
   candidates = stage2_config(config, mode, paths, selected=False)
-  tasks = training_tasks(candidates, ensure_world(paths.local, candidates.world, log))
+  world = WorldSetup.from_config(candidates)
+  tasks = training_tasks(world, ensure_world(paths.local, world, log),
+                         functools.partial(agent_setup.index_tool_registry, config=candidates))
   rates = success_rates(candidates, mode, paths.local, tasks,
                         {role: held_out.Source(str(folder / "init" / role), "params")
                          for role in mode.agents})
@@ -137,7 +141,8 @@ def success_rates(config, mode: Mode, root: pathlib.Path, tasks,
   The questions are rolled out a chunk at a time, about an RL step's B x K rollouts each
   (so a chunk's sampling programs are RL's, and no batch outgrows the sampler's buckets),
   each chunk with its own key."""
-  tokenizer = functools.partial(agent_setup.world_tokenizer, root, config)
+  tokenizer = functools.partial(agent_setup.world_tokenizer, root,
+                                TokenizerSetup.from_config(config))
   main = held_out.load_agent(AgentSetup.from_config(config, "main"), tokenizer, sources["main"])
   sub = None
   if mode.sub_agent:
@@ -147,7 +152,8 @@ def success_rates(config, mode: Mode, root: pathlib.Path, tasks,
   setup = held_out.EvalSetup(mode=mode, registry=tasks.registry,
                              rollout_config=agent_setup.rollout_config(config),
                              questions=tasks.questions, main_spec=main_spec,
-                             sub_spec=sub_spec, rendering=world_rendering(config))
+                             sub_spec=sub_spec,
+                             rendering=WorldSetup.from_config(config).rendering)
   samples = int(config.curriculum.success_samples)
   rollouts = int(config.mgrpo.queries_per_step) * int(config.mgrpo.rollouts_per_query)
   chunk = max(1, rollouts // samples)
@@ -168,7 +174,8 @@ def _export_final_params(config, role: str, paths: RunPaths, out: pathlib.Path) 
     return
   setup = AgentSetup.from_config(config, role)
   model, _ = agent_setup.build_model(
-      setup, functools.partial(agent_setup.world_tokenizer, paths.local, config))
+      setup, functools.partial(agent_setup.world_tokenizer, paths.local,
+                               TokenizerSetup.from_config(config)))
   trainer = agent_setup.create_agent_state(model, setup)
   with AgentCheckpointer(paths.checkpoints(role), trainer.layout) as checkpointer:
     restored = checkpointer.restore()

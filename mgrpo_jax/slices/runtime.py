@@ -33,17 +33,19 @@ from mgrpo_jax.store.folder import Folder, open_folder
 from mgrpo_jax.store.protocol import Store
 from mgrpo_jax.store.schema import SliceAck
 from mgrpo_jax.tasks.questions import Question
+from mgrpo_jax.tasks.train_worlds import training_tasks
+from mgrpo_jax.tasks.world_data import ensure_world
+from mgrpo_jax.tasks.world_setup import WorldSetup
 from mgrpo_jax.text import Tokenizer
 from mgrpo_jax.tools import TaskRoutedRegistry, ToolRegistry
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.agent_config import AgentSetup
 from mgrpo_jax.training.batching import TrainBatch, row_buckets
 from mgrpo_jax.training.checkpoint import AgentCheckpointer, CheckpointConfig
-from mgrpo_jax.training.data import ensure_world
 from mgrpo_jax.training.optimizer import learning_rate_schedule
 from mgrpo_jax.training.paths import RunPaths
+from mgrpo_jax.training.tokenizer_corpus import TokenizerSetup
 from mgrpo_jax.training.train_state import TrainState
-from mgrpo_jax.training.train_worlds import training_tasks
 from mgrpo_jax.training.update import make_update_fn
 
 _CACHES = {"main": MainStepCache, "sub": SubStepCache}
@@ -215,11 +217,14 @@ def open_runtime(config, mode: Mode, workdir: str, role: str) -> SliceRuntime:
   paths = RunPaths.from_config(config, workdir)
   store = open_run_store(paths)
   files = open_folder(paths.workdir)
-  world_path = ensure_world(paths.local, config.world, log)
-  tasks = training_tasks(config, world_path)
+  world = WorldSetup.from_config(config)
+  world_path = ensure_world(paths.local, world, log)
+  tasks = training_tasks(world, world_path,
+                         functools.partial(agent_setup.index_tool_registry, config=config))
   setup = AgentSetup.from_config(config, role)
   model, tokenizer = agent_setup.build_model(
-      setup, functools.partial(agent_setup.world_tokenizer, paths.local, config))
+      setup, functools.partial(agent_setup.world_tokenizer, paths.local,
+                               TokenizerSetup.from_config(config)))
   trainer = agent_setup.create_agent_state(model, setup)
   checkpointer = AgentCheckpointer(paths.checkpoints(role), trainer.layout,
                                    CheckpointConfig.from_config(config.checkpoint))

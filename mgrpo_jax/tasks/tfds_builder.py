@@ -94,7 +94,7 @@ class _WorldBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
   seed and rendering), where TFDS warns about every unregistered one it is given
   ("Using custom data configuration"); and the data is generated here, offline, where
   TFDS prints that it is downloading a dataset of unknown size, and where it is.
-  Whoever builds the world says so (`training.data.ensure_world`).
+  Whoever builds the world says so (`world_data.ensure_world`).
   """
   VERSION = VERSION
   BUILDER_CONFIGS = _DEFAULT_CONFIGS

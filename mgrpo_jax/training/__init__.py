@@ -15,9 +15,10 @@ Each agent (main M, sub-agent S) owns a mesh, an optimizer, a `TrainState` and a
   AgentCheckpointer(directory, layout, CheckpointConfig.from_config(config.checkpoint))
 
 Also here: what an agent is built from (`agent_setup`: tokenizer, model, sampler, train
-state; `tokenizer_corpus`: the world tokenizer's training text), the run's data
-(`data`), its folder layout (`paths`), records as canonical JSON (`files`), the compilation cache
-and the Hugging Face export. The two slices' step protocol composes these in
+state; `tokenizer_corpus`: the world tokenizer's training text), the query stream over
+the world's training questions (`data`; the world itself is built and read in
+`mgrpo_jax.tasks`), the run's folder layout (`paths`), records as canonical JSON
+(`files`), the compilation cache and the Hugging Face export. The two slices' step protocol composes these in
 `mgrpo_jax.slices`.
 """
 

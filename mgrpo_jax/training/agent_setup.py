@@ -47,10 +47,13 @@ from mgrpo_jax.text import DEFAULT_USER_DEFINED_SYMBOLS, SentencePieceTokenizer,
 from mgrpo_jax.tools import ToolRegistry, index_registry, world_index
 from mgrpo_jax.training.agent_config import AgentSetup, agent_limits
 from mgrpo_jax.training.checkpoint import restore_params
-from mgrpo_jax.training.data import world_rendering
 from mgrpo_jax.training.mesh import create_mesh
 from mgrpo_jax.training.optimizer import OptimizerConfig, make_optimizer
-from mgrpo_jax.training.tokenizer_corpus import protocol_symbols, tokenizer_corpus
+from mgrpo_jax.training.tokenizer_corpus import (
+  TokenizerSetup,
+  protocol_symbols,
+  tokenizer_corpus,
+)
 from mgrpo_jax.training.train_state import StateLayout, TrainState, create_train_state
 from mgrpo_jax.training.update import UpdateConfig
 from mgrpo_jax.utils.file_lock import file_lock
@@ -68,18 +71,19 @@ def _is_pretrained(preset: str) -> bool:
   return preset in PRETRAINED or pathlib.Path(preset).exists()
 
 
-def world_tokenizer(root: str | pathlib.Path, config) -> SentencePieceTokenizer:
-  """The SentencePiece tokenizer trained once on the world's corpus (module docstring);
-  the rendering's symbols (every name, relation, value and page id of the symbolic
-  world) are user-defined symbols, one token each wherever they occur."""
+def world_tokenizer(root: str | pathlib.Path, setup: TokenizerSetup) -> SentencePieceTokenizer:
+  """The SentencePiece tokenizer trained once on the world's corpus (module docstring,
+  `setup`: `TokenizerSetup.from_config(config)`); the rendering's symbols (every name,
+  relation, value and page id of the symbolic world) are user-defined symbols, one token
+  each wherever they occur."""
   folder = pathlib.Path(root) / "data" / "tokenizer"
   with file_lock(folder.parent / ".tokenizer.lock"):
     if (folder / "tokenizer.model").exists():
       return SentencePieceTokenizer.load(folder)
-    symbols = (DEFAULT_USER_DEFINED_SYMBOLS + protocol_symbols(str(config.prompts.system))
-               + world_rendering(config).symbols)
-    tokenizer = SentencePieceTokenizer.train(tokenizer_corpus(config), folder / "tmp",
-                                             int(config.world.tokenizer_vocab_size),
+    symbols = (DEFAULT_USER_DEFINED_SYMBOLS + protocol_symbols(setup.system)
+               + setup.world.rendering.symbols)
+    tokenizer = SentencePieceTokenizer.train(tokenizer_corpus(setup), folder / "tmp",
+                                             setup.world.tokenizer_vocab_size,
                                              user_defined_symbols=symbols)
     (folder / "tmp" / "tokenizer.model").replace(folder / "tokenizer.model")
     return tokenizer

@@ -29,6 +29,7 @@ from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.agent_config import AgentSetup
 from mgrpo_jax.training.checkpoint import AgentCheckpointer, restore_params
 from mgrpo_jax.training.paths import RunPaths, warm_start_folder
+from mgrpo_jax.training.tokenizer_corpus import TokenizerSetup
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +79,8 @@ def export_agent(config, workdir: str | os.PathLike, role: str, out: str | os.Pa
   paths = RunPaths.from_config(config, os.fspath(workdir))
   setup = AgentSetup.from_config(config, role)
   model, tokenizer = agent_setup.build_model(
-      setup, functools.partial(agent_setup.world_tokenizer, paths.local, config))
+      setup, functools.partial(agent_setup.world_tokenizer, paths.local,
+                               TokenizerSetup.from_config(config)))
   trainer = agent_setup.create_agent_state(model, setup)
   if adapter_out is not None and setup.lora is None:
     raise ValueError(f"{role} has no LoRA adapters to export ({role}.lora.rank is 0)")

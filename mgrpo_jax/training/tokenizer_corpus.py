@@ -16,20 +16,25 @@ thoughts) are user-defined symbols of the tokenizer, one token each: a turn cost
 decisions and its copied values, not its boilerplate. A symbolic-world M rollout of
 three delegations is 262 tokens with them split into learned pieces and about 100 with
 them as symbols (docs/RESULTS.md).
+
+What the corpus and the tokenizer are built from is resolved once from the run's config:
+`TokenizerSetup.from_config`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import string
+from typing import Any
 
 from mgrpo_jax.agents import specs
 from mgrpo_jax.agents.oracle_policy import oracle_thoughts, render_oracle_action
 from mgrpo_jax.tasks import datasets as datasets_lib
 from mgrpo_jax.tasks.oracle import Action
 from mgrpo_jax.tasks.oracle.episode import Episode, run_episode
+from mgrpo_jax.tasks.world_setup import NoiseSettings, WorldSetup, noisy_oracles
 from mgrpo_jax.text.chat import Role
 from mgrpo_jax.tools import SearchIndex, default_registry
-from mgrpo_jax.training.data import noisy_oracles, world_rendering
 
 ROLES = ("main", "sub", "single")
 _SPACE = "\u2581"  # how SentencePiece writes a space inside a piece
@@ -54,27 +59,53 @@ def episode_text(episode: Episode) -> str:
   return "\n".join(parts)
 
 
-def tokenizer_corpus(config) -> list[str]:
-  """Documents for the tokenizer of `config.world` (module docstring), in a fixed order.
+@dataclasses.dataclass(frozen=True)
+class TokenizerSetup:
+  """What the world's tokenizer is trained from, resolved once from the run's config.
 
-  Args:
-    config: the run's config (`world.*`, `tools.*`, `warm_start`'s mistake rates).
+  Attributes:
+    world: the run's world: its pages, its training questions, its rendering's symbols
+      and `tokenizer_vocab_size`.
+    system: `prompts.system` ("full" or "short"): whose system prompts become symbols.
+    noise: the scripted agents' mistakes in the transcripts (`warm_start.*`: those the
+      warm start demonstrates).
+    search_top_n: search hits per call in the transcripts (`tools.search_top_n`).
+    visit_chars: characters a visit shows in the transcripts (`tools.visit_chars`).
   """
-  world = config.world
-  rendering = world_rendering(config)
-  train_world, _ = rendering.split_worlds(world.size, int(world.seed), int(world.test_seed))
-  spec = datasets_lib.WorldSpec(world.size, int(world.seed), int(world.test_seed),
+
+  world: WorldSetup
+  system: str
+  noise: NoiseSettings
+  search_top_n: int
+  visit_chars: int
+
+  @classmethod
+  def from_config(cls, config: Any) -> TokenizerSetup:
+    """The setup of the run's `config` (`world.*`, `prompts.system`, `warm_start`'s
+    mistake rates, `tools.*`)."""
+    return cls(world=WorldSetup.from_config(config), system=str(config.prompts.system),
+               noise=NoiseSettings.from_config(config),
+               search_top_n=int(config.tools.search_top_n),
+               visit_chars=int(config.tools.visit_chars))
+
+
+def tokenizer_corpus(setup: TokenizerSetup) -> list[str]:
+  """Documents for the tokenizer of `setup.world` (module docstring), in a fixed order."""
+  world = setup.world
+  rendering = world.rendering
+  train_world, _ = world.split_worlds()
+  spec = datasets_lib.WorldSpec(world.size, world.seed, world.test_seed,
                                 render=rendering.name)
   pages = rendering.render_pages(train_world)
   questions = [q for _, q in datasets_lib.split_questions(spec, "train")]
   corpus = [p.text for p in pages] + [q.text for q in questions]
   corpus += [specs.spec_for(role, style).system_prompt()
              for role in ROLES for style in specs.SYSTEM_STYLES]
-  main, sub = noisy_oracles(config, int(world.seed))
+  main, sub = noisy_oracles(world, setup.noise, world.seed)
   index = SearchIndex.from_pages(pages)
   try:
-    registry = default_registry(index, top_n=int(config.tools.search_top_n),
-                                visit_budget=int(config.tools.visit_chars))
+    registry = default_registry(index, top_n=setup.search_top_n,
+                                visit_budget=setup.visit_chars)
     corpus += [episode_text(run_episode(q.text, main, sub, registry))
                for q in questions[:TRANSCRIPT_QUESTIONS]]
   finally:

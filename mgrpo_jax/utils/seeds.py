@@ -3,7 +3,7 @@
 A seed never comes from wall time or arrival order, so two runs of one config (or a
 restarted slice) draw the same numbers: an agent's init, LoRA and train-state seeds
 (`training.agent_config`), a generated world's seed and its questions'
-(`training.train_worlds`), a purpose's PRNG key at a step (`training.agent_setup.step_key`).
+(`tasks.train_worlds`), a purpose's PRNG key at a step (`training.agent_setup.step_key`).
 """
 
 from __future__ import annotations

@@ -19,14 +19,10 @@ import dataclasses
 import pathlib
 
 from mgrpo_jax.tasks import questions as questions_lib
+from mgrpo_jax.tasks.train_worlds import derived_world_seed, ensure_world_index, question_counts
+from mgrpo_jax.tasks.world_setup import WorldSetup, question_mixture
 from mgrpo_jax.tools import ToolRegistry
 from mgrpo_jax.training import agent_setup
-from mgrpo_jax.training.data import question_mixture, world_rendering
-from mgrpo_jax.training.train_worlds import (
-  derived_world_seed,
-  ensure_world_index,
-  question_counts,
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,16 +38,16 @@ def demonstration_worlds(config, world_path: pathlib.Path, folder: pathlib.Path,
 
   Args:
     config: the run's config (`world.*`, `warm_start.*`, `tools.*`, `experiment.seed`).
-    world_path: the run's built world (`data.ensure_world`): world 0 and its index.
+    world_path: the run's built world (`tasks.world_data.ensure_world`): world 0 and its
+      index.
     folder: where the other worlds' indexes are written (`<folder>/worlds/`).
     num_questions: questions over all worlds (default `warm_start.num_questions`). Each
       world's questions are one seeded draw, so a larger count keeps the smaller
       count's questions of every world and adds to them.
   """
-  world, ws = config.world, config.warm_start
-  rendering = world_rendering(config)
-  train_world, test_world = rendering.split_worlds(str(world.size), int(world.seed),
-                                                   int(world.test_seed))
+  world, ws = WorldSetup.from_config(config), config.warm_start
+  rendering = world.rendering
+  train_world, test_world = world.split_worlds()
   mixture = question_mixture(world)
   total = int(ws.num_questions) if num_questions is None else num_questions
   counts = question_counts(total, int(ws.num_worlds),
@@ -63,8 +59,8 @@ def demonstration_worlds(config, world_path: pathlib.Path, folder: pathlib.Path,
     if index == 0:
       source, registry = train_world, agent_setup.tool_registry(world_path, config)
     else:
-      source = rendering.generate(str(world.size),
-                                  derived_world_seed(config, "demonstration_world", index),
+      source = rendering.generate(world.size,
+                                  derived_world_seed(world, "demonstration_world", index),
                                   frozenset(test_world.names))
       index_path = folder / "worlds" / f"world_{index}.sqlite"
       ensure_world_index(rendering, source, index_path)

@@ -27,12 +27,14 @@ from typing import Any
 from mgrpo_jax.config.modes import Mode, parse_mode
 from mgrpo_jax.metrics import PhaseProgress
 from mgrpo_jax.scale.writers import log
+from mgrpo_jax.tasks.world_data import ensure_world
+from mgrpo_jax.tasks.world_setup import NoiseSettings, WorldSetup, noisy_oracles
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.agent_config import AgentSetup
-from mgrpo_jax.training.data import ensure_world, noisy_oracles
 from mgrpo_jax.training.mesh import create_mesh
 from mgrpo_jax.training.optimizer import OptimizerConfig, make_optimizer
 from mgrpo_jax.training.paths import RunPaths, warm_start_folder
+from mgrpo_jax.training.tokenizer_corpus import TokenizerSetup
 from mgrpo_jax.training.train_state import create_train_state
 from mgrpo_jax.utils.atomic_files import atomic_write
 from mgrpo_jax.utils.file_lock import file_lock
@@ -90,7 +92,7 @@ def run_warm_start(config, mode: Mode, paths: RunPaths, spawn) -> dict[str, str]
       log(f"warm start: reusing {folder}")
       return dirs
     started = time.perf_counter()
-    world_path = ensure_world(paths.local, config.world, log)
+    world_path = ensure_world(paths.local, WorldSetup.from_config(config), log)
     worlds = demonstration_worlds(config, world_path, folder)
     summary: dict[str, Any] = {"num_questions": sum(len(w.questions) for w in worlds),
                                "num_worlds": len(worlds)}
@@ -134,15 +136,17 @@ def warm_start_agent(config, mode: Mode, workdir: str, role: str) -> None:
     return
   ws = config.warm_start
   seed = int(config.experiment.seed)
-  world_path = ensure_world(paths.local, config.world, log)
+  world = WorldSetup.from_config(config)
+  world_path = ensure_world(paths.local, world, log)
   worlds = demonstration_worlds(config, world_path, folder)
   main_spec, sub_spec = agent_setup.agent_specs(config, mode)
   setups = {r: AgentSetup.from_config(config, r) for r in mode.agents}
-  tokenizer = functools.partial(agent_setup.world_tokenizer, paths.local, config)
+  tokenizer = functools.partial(agent_setup.world_tokenizer, paths.local,
+                                TokenizerSetup.from_config(config))
   models = {r: agent_setup.build_model(setups[r], tokenizer) for r in mode.agents}
   # S's demonstrations go to S's model in its own ids (to M's in shared_policy).
   sub_tokenizer = models["sub"][1] if "sub" in models else None
-  main_oracle, sub_oracle = noisy_oracles(config, seed)
+  main_oracle, sub_oracle = noisy_oracles(world, NoiseSettings.from_config(config), seed)
   team = Demonstrators(main_oracle=main_oracle, sub_oracle=sub_oracle, main_spec=main_spec,
                        sub_spec=sub_spec, sub_tokenizer=sub_tokenizer)
   demonstrate = functools.partial(

@@ -18,21 +18,23 @@ from mgrpo_jax.evaluation import held_out
 from mgrpo_jax.tasks.oracle import OracleMainAgent, OracleSubAgent
 from mgrpo_jax.tasks.oracle.noise import MainNoise, SubNoise
 from mgrpo_jax.tasks.renderings import SYMBOLIC
+from mgrpo_jax.tasks.world_data import ensure_world, load_questions
+from mgrpo_jax.tasks.world_setup import WorldSetup
 from mgrpo_jax.text import SentencePieceTokenizer
 from mgrpo_jax.training import agent_setup
-from mgrpo_jax.training.data import ensure_world, load_questions
-from mgrpo_jax.training.tokenizer_corpus import tokenizer_corpus
+from mgrpo_jax.training.tokenizer_corpus import TokenizerSetup, tokenizer_corpus
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
   config = get_config("natural")
   root = tmp_path_factory.mktemp("eval")
-  world_path = ensure_world(root, config.world)
-  questions = load_questions(world_path, config.world, "stage1", split="test")[:100]
-  train_ids = {q.id for q in load_questions(world_path, config.world, "stage1")}
+  world = WorldSetup.from_config(config)
+  world_path = ensure_world(root, world)
+  questions = load_questions(world_path, world, "stage1", split="test")[:100]
+  train_ids = {q.id for q in load_questions(world_path, world, "stage1")}
   assert questions and not train_ids & {q.id for q in questions}
-  tokenizer = agent_setup.world_tokenizer(root, config)
+  tokenizer = agent_setup.world_tokenizer(root, TokenizerSetup.from_config(config))
   return config, world_path, questions, tokenizer
 
 
@@ -72,7 +74,8 @@ def test_the_sub_agent_may_have_its_own_vocabulary(setup, tmp_path):
   """S in another tokenizer than M's: the same scripted play; S's trajectories, and the
   summary's examples of them, decode with S's tokenizer."""
   config, _, questions, tokenizer = setup
-  sub_tokenizer = SentencePieceTokenizer.train(tokenizer_corpus(config), tmp_path, 1200)
+  sub_tokenizer = SentencePieceTokenizer.train(
+      tokenizer_corpus(TokenizerSetup.from_config(config)), tmp_path, 1200)
   assert sub_tokenizer.vocab_size != tokenizer.vocab_size
   shared, own = _result(setup, 0.0), _result(setup, 0.0, sub_tokenizer=sub_tokenizer)
   for key in ("accuracy", "format_rate", "tool_calls_mean", "sub_query_copy_rate"):
@@ -104,9 +107,11 @@ def test_the_train_world_index_does_not_answer_test_questions(setup):
 def symbolic(tmp_path_factory):
   config = get_config()  # the demo's symbolic world
   root = tmp_path_factory.mktemp("symbolic")
-  world_path = ensure_world(root, config.world)
-  questions = load_questions(world_path, config.world, "stage1", split="test")[:100]
-  return config, world_path, questions, agent_setup.world_tokenizer(root, config)
+  world = WorldSetup.from_config(config)
+  world_path = ensure_world(root, world)
+  questions = load_questions(world_path, world, "stage1", split="test")[:100]
+  return (config, world_path, questions,
+          agent_setup.world_tokenizer(root, TokenizerSetup.from_config(config)))
 
 
 def _symbolic_sub_scores(symbolic, sub_rate):
@@ -120,7 +125,8 @@ def _symbolic_sub_scores(symbolic, sub_rate):
       registry=agent_setup.tool_registry(world_path, config, world="test_world"),
       rollout_config=agent_setup.rollout_config(config), questions=questions,
       main_spec=main_spec, sub_spec=sub_spec, rendering=rendering,
-      expert_judge=held_out.held_out_expert_judge(config))
+      expert_judge=held_out.held_out_expert_judge(WorldSetup.from_config(config),
+                                                  str(config.eval.split)))
   return held_out.evaluate(setup, main, sub, samples=1, key=0).summary
 
 

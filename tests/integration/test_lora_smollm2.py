@@ -32,6 +32,7 @@ from mgrpo_jax.training.export import export_agent
 from mgrpo_jax.training.mesh import MeshConfig
 from mgrpo_jax.training.optimizer import OptimizerConfig, make_optimizer
 from mgrpo_jax.training.paths import RunPaths
+from mgrpo_jax.training.tokenizer_corpus import TokenizerSetup
 from tests.support import plumbing_config
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -53,7 +54,8 @@ def lora_run(smollm2_gguf, tmp_path_factory):
   paths = RunPaths.from_config(config, str(workdir))
   setup = AgentSetup.from_config(config, "main")
   model, tokenizer = agent_setup.build_model(
-      setup, functools.partial(agent_setup.world_tokenizer, paths.local, config))
+      setup, functools.partial(agent_setup.world_tokenizer, paths.local,
+                               TokenizerSetup.from_config(config)))
   trainer = agent_setup.create_agent_state(model, setup)
   leaves, treedef = jax.tree.flatten((trainer.state.params, trainer.state.opt_state))
   keys = jax.random.split(jax.random.key(3), len(leaves))

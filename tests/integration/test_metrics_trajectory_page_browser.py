@@ -24,9 +24,11 @@ from mgrpo_jax.config.modes import parse_mode
 from mgrpo_jax.evaluation import held_out, stage
 from mgrpo_jax.metrics import trajectory_page
 from mgrpo_jax.slices import step_math, step_pages
+from mgrpo_jax.tasks.world_data import ensure_world, load_questions
+from mgrpo_jax.tasks.world_setup import WorldSetup
 from mgrpo_jax.training import agent_setup
-from mgrpo_jax.training.data import ensure_world, load_questions, world_rendering
 from mgrpo_jax.training.paths import RunPaths
+from mgrpo_jax.training.tokenizer_corpus import TokenizerSetup
 from tests.support import trajectory_pages
 
 QUESTIONS, SAMPLES, SHOWN = 6, 3, 4
@@ -74,11 +76,11 @@ def oracle_evaluation(tmp_path_factory):
   config.eval.viewer_questions = SHOWN
   config.logging.trajectory_questions = SHOWN
   root = tmp_path_factory.mktemp("run")
-  world_path = ensure_world(root, config.world)
-  questions = load_questions(world_path, config.world, str(config.world.stage),
-                             split="test")[:QUESTIONS]
-  tokenizer = agent_setup.world_tokenizer(root, config)
-  rendering = world_rendering(config)
+  world = WorldSetup.from_config(config)
+  world_path = ensure_world(root, world)
+  questions = load_questions(world_path, world, world.stage, split="test")[:QUESTIONS]
+  tokenizer = agent_setup.world_tokenizer(root, TokenizerSetup.from_config(config))
+  rendering = world.rendering
   mode = parse_mode(str(config.experiment.mode))
   main_spec, sub_spec = agent_setup.agent_specs(config, mode)
   setup = held_out.EvalSetup(
@@ -109,11 +111,11 @@ def step_page(oracle_evaluation):
   config, paths, questions, result = oracle_evaluation
   outcome = step_math.MainStep.score(result.main, [q.id for q in questions], SAMPLES,
                                      step_math.CreditConfig.from_config(config))
-  _, test_world = world_rendering(config).split_worlds(
-      config.world.size, int(config.world.seed), int(config.world.test_seed))
+  world = WorldSetup.from_config(config)
+  _, test_world = world.split_worlds()
   step_pages.write_step_page(
       config, paths, parse_mode("mgrpo"), 0, outcome, result.main, result.sub,
-      step_math.Scoring.of(questions, world_rendering(config).expert_judge(test_world)))
+      step_math.Scoring.of(questions, world.rendering.expert_judge(test_world)))
   return paths.local / "report" / "rl_step_00000.html", len(result.sub)
 
 

@@ -26,6 +26,7 @@ from mgrpo_jax.store.schema import SliceAck, ack_key
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.agent_config import AgentSetup
 from mgrpo_jax.training.paths import RunPaths
+from mgrpo_jax.training.tokenizer_corpus import TokenizerSetup
 from tests.support import plumbing_config as demo
 from tests.support import trainer_harness
 
@@ -65,7 +66,8 @@ def test_frozen_sub_keeps_s_weights_bit_identical(tmp_path):
   apply_overrides(config, {"experiment.mode": "frozen_sub"})
   root = RunPaths.from_config(config, str(workdir)).local
   model, _ = agent_setup.build_model(AgentSetup.from_config(config, "sub"),
-                                     functools.partial(agent_setup.world_tokenizer, root, config))
+                                     functools.partial(agent_setup.world_tokenizer, root,
+                                                       TokenizerSetup.from_config(config)))
   fresh = _named(nnx.to_pure_dict(nnx.state(model, nnx.Param)))
   saved = _named(params)
   assert sorted(fresh) == sorted(saved) and len(fresh) > 5

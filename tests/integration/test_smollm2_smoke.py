@@ -38,6 +38,7 @@ import numpy as np
 import pytest
 
 from mgrpo_jax.metrics.writer import read_metrics
+from mgrpo_jax.training.tokenizer_corpus import TokenizerSetup
 from tests.support.trainer_harness import shared_cache_overrides
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -150,7 +151,8 @@ def _check_checkpoints(config, workdir: pathlib.Path, cache: pathlib.Path, monke
   paths = RunPaths.from_config(config, str(workdir))
   setup = AgentSetup.from_config(config, "main")
   model, _ = agent_setup.build_model(
-      setup, functools.partial(agent_setup.world_tokenizer, paths.local, config))
+      setup, functools.partial(agent_setup.world_tokenizer, paths.local,
+                               TokenizerSetup.from_config(config)))
   trainer = agent_setup.create_agent_state(model, setup)
   layout, pretrained, vocab = trainer.layout, _leaves(trainer.state), model.config.vocab_size
   del model, trainer

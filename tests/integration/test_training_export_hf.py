@@ -30,7 +30,7 @@ from mgrpo_jax.training.agent_config import AgentSetup
 from mgrpo_jax.training.checkpoint import AgentCheckpointer
 from mgrpo_jax.training.export import export_agent
 from mgrpo_jax.training.paths import RunPaths
-from mgrpo_jax.training.tokenizer_corpus import tokenizer_corpus
+from mgrpo_jax.training.tokenizer_corpus import TokenizerSetup, tokenizer_corpus
 from tests.support import plumbing_config
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -51,7 +51,8 @@ def _checkpointed_run(tmp_path: pathlib.Path, overrides: dict):
   paths = RunPaths.from_config(config, str(workdir))
   setup = AgentSetup.from_config(config, "main")
   model, tokenizer = agent_setup.build_model(
-      setup, functools.partial(agent_setup.world_tokenizer, paths.local, config))
+      setup, functools.partial(agent_setup.world_tokenizer, paths.local,
+                               TokenizerSetup.from_config(config)))
   trainer = agent_setup.create_agent_state(model, setup)
   leaves, treedef = jax.tree.flatten(trainer.state.params)
   keys = jax.random.split(jax.random.key(7), len(leaves))
@@ -81,7 +82,7 @@ def _reference(python: pathlib.Path, folder: pathlib.Path, request: dict, tmp_pa
 
 
 def _compare(reference_python, tmp_path, config, model, tokenizer, folder):
-  texts = tokenizer_corpus(config)[:6] + [
+  texts = tokenizer_corpus(TokenizerSetup.from_config(config))[:6] + [
       "Unicode beyond the corpus: \u00c5ngstr\u00f6m \u03a9 \u2211 \U0001f355 \t\n tabs",
       "<|im_start|>assistant\n<thinking>plan</thinking><tool_call>{}</tool_call><|im_end|>\n"]
   rows = [tokenizer.encode(texts[0])[:24], tokenizer.encode(texts[1])[:17]]

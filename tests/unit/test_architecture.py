@@ -32,7 +32,7 @@ ALLOWED = {
     "models": {"text", "utils"},
     "sampling": {"models", "text", "utils"},
     "tools": set(),
-    "tasks": {"tools", "utils"},  # utils: file locks
+    "tasks": {"tools", "utils"},  # utils: file locks, derived seeds
     "agents": {"tools", "tasks", "text", "sampling", "models", "core", "utils", "config"},
     "plugins": {"core", "tools"},
     "serving": {"agents", "tools", "tasks", "text", "sampling", "models", "core", "utils",

@@ -14,8 +14,8 @@ from mgrpo_jax.config import validate
 from mgrpo_jax.tasks.oracle import run_episode
 from mgrpo_jax.tasks.renderings import get_rendering
 from mgrpo_jax.tasks.symbolic.world import render_pages
+from mgrpo_jax.tasks.world_setup import WorldSetup, question_mixture
 from mgrpo_jax.tools import SearchIndex, default_registry
-from mgrpo_jax.training.data import question_mixture
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SYMBOLIC = get_rendering("symbolic")
@@ -36,7 +36,8 @@ def call_counts(config):
   """S calls of the noisy oracles (the warm start's demonstrations) on 300 questions."""
   world = SYMBOLIC.split_worlds("tiny", 0, 1)[0]
   registry = default_registry(SearchIndex.from_pages(render_pages(world)), visit_budget=1500)
-  questions = SYMBOLIC.synthesize(world, 300, stage=question_mixture(config.world), seed=0)
+  mixture = question_mixture(WorldSetup.from_config(config))
+  questions = SYMBOLIC.synthesize(world, 300, stage=mixture, seed=0)
   ws = config.warm_start
   main = SYMBOLIC.main_oracle(float(ws.main_noise_rate), 0)
   sub = SYMBOLIC.sub_oracle(float(ws.sub_noise_rate), 0)

@@ -12,6 +12,7 @@ from mgrpo_jax.config import ConfigError, validate
 from mgrpo_jax.scale.planner import plan_from_config
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.agent_config import AgentSetup
+from mgrpo_jax.training.tokenizer_corpus import TokenizerSetup
 
 CONFIG_FILE = pathlib.Path(__file__).resolve().parents[2] / "configs" / "smollm2_deep_research.py"
 AGENTS = ("main", "sub")
@@ -151,4 +152,5 @@ def test_smeared_keys_are_refused_for_pretrained_weights(module, tmp_path):
     validate(config)
   with pytest.raises(ValueError, match=r"sub\.model\.smeared_keys: .*smollm2_135m"):
     agent_setup.build_model(AgentSetup.from_config(config, "sub"),
-                            functools.partial(agent_setup.world_tokenizer, tmp_path, config))
+                            functools.partial(agent_setup.world_tokenizer, tmp_path,
+                                              TokenizerSetup.from_config(config)))

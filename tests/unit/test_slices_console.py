@@ -14,7 +14,8 @@ from mgrpo_jax.scale import writers
 from mgrpo_jax.slices import run
 from mgrpo_jax.slices.common import Timer
 from mgrpo_jax.slices.step_log import step_line
-from mgrpo_jax.training import data
+from mgrpo_jax.tasks import world_data
+from mgrpo_jax.tasks.world_setup import WorldSetup
 
 # A main and a sub step of the paper comparison's metrics.jsonl (step 80 of 80).
 MAIN = {"main/advantage_abs_mean": 0.5023017525672913, "main/correct_mean": 0.546875,
@@ -119,14 +120,16 @@ def test_the_world_build_says_when_it_starts_and_ends(monkeypatch, tmp_path):
     out.mkdir(parents=True)
     (out / "manifest.json").write_text("{}")
 
-  monkeypatch.setattr(data.build_lib, "build", build)
-  world = base_config().world
+  monkeypatch.setattr(world_data.build_lib, "build", build)
+  config = base_config()
+  world = config.world
   lines = []
-  assert data.ensure_world(tmp_path, world, lines.append) == tmp_path / "data" / "world"
+  setup = WorldSetup.from_config(config)
+  assert world_data.ensure_world(tmp_path, setup, lines.append) == tmp_path / "data" / "world"
   assert lines[0] == (f"world: building the {world.size} {world.render} world "
                       f"(seed {world.seed}, test world seed {world.test_seed})")
   assert lines[1].startswith("world: built in ") and lines[1].endswith(" s")
-  data.ensure_world(tmp_path, world, lines.append)  # built: nothing to say
+  world_data.ensure_world(tmp_path, setup, lines.append)  # built: nothing to say
   assert len(built) == 1 and len(lines) == 2
 
 

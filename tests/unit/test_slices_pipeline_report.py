@@ -29,6 +29,7 @@ from mgrpo_jax.slices.pipeline import curve_steps
 from mgrpo_jax.tasks import statements
 from mgrpo_jax.tasks.questions import Question
 from mgrpo_jax.tasks.renderings import NATURAL, SYMBOLIC
+from mgrpo_jax.tasks.world_setup import WorldSetup
 from mgrpo_jax.training import (
   MeshConfig,
   OptimizerConfig,
@@ -144,13 +145,13 @@ def test_s_reports_are_judged_against_the_test_world():
            if f.relation == "boss" and not train_world.holds(f)]
   fact = facts[0]  # true in the test world only
   task = _question("q", "lookup")
-  judge = held_out_expert_judge(config)
+  judge = held_out_expert_judge(WorldSetup.from_config(config), str(config.eval.split))
   subtask, report = f"{fact.subject} boss", f"boss {fact.object}"
   assert judge(dataclasses.replace(task, path=(fact,)), subtask, report) == 1.0
   assert judge(task, subtask, report) == 0.5  # true, off the question's path
   assert SYMBOLIC.expert_judge(train_world)(task, subtask, report) == 0.0
   apply_overrides(config, {"world.source": "jsonl"})
-  assert held_out_expert_judge(config) is None
+  assert held_out_expert_judge(WorldSetup.from_config(config), str(config.eval.split)) is None
 
 
 def test_report_writes_pngs_and_a_table_with_the_change(tmp_path):

@@ -31,6 +31,7 @@ from mgrpo_jax.training import (
   make_update_fn,
 )
 from mgrpo_jax.training.agent_config import AgentSetup
+from mgrpo_jax.training.tokenizer_corpus import TokenizerSetup
 from mgrpo_jax.training.update import _gradients
 from tests.support import plumbing_config
 from tests.unit.test_training_checkpoint import N, _batch
@@ -123,7 +124,8 @@ def test_agents_loading_one_folder_share_its_base(tmp_path):
   """Both agents with adapters on the same pretrained folder, in one process: one base
   in memory (the same buffers on the same mesh), two sets of adapters."""
   config = plumbing_config.get_config()
-  world_tokenizer = functools.partial(agent_setup.world_tokenizer, tmp_path, config)
+  world_tokenizer = functools.partial(agent_setup.world_tokenizer, tmp_path,
+                                      TokenizerSetup.from_config(config))
   _, tokenizer = agent_setup.build_model(AgentSetup.from_config(config, "main"), world_tokenizer)
   folder = export_hf_folder(init_model(get_config("tiny", vocab_size=tokenizer.vocab_size),
                                        seed=0), tokenizer, tmp_path / "base",

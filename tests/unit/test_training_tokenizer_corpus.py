@@ -16,13 +16,17 @@ from mgrpo_jax.training import tokenizer_corpus as corpus_lib
 FRAME = protocol.render_tool_call("visit", {"page": 203}, "I will call visit.")
 
 
+def _natural_corpus() -> list[str]:
+  return corpus_lib.tokenizer_corpus(corpus_lib.TokenizerSetup.from_config(get_config("natural")))
+
+
 @pytest.fixture(scope="module")
 def corpus():
-  return corpus_lib.tokenizer_corpus(get_config("natural"))
+  return _natural_corpus()
 
 
 def test_the_corpus_is_deterministic_and_holds_transcripts(corpus):
-  assert corpus == corpus_lib.tokenizer_corpus(get_config("natural"))
+  assert corpus == _natural_corpus()
   transcripts = corpus[-corpus_lib.TRANSCRIPT_QUESTIONS:]
   assert all('"name": "delegate"' in t or '"name": "reason"' in t for t in transcripts)
   text = "\n".join(transcripts)

@@ -11,9 +11,10 @@ from mgrpo_jax.tasks.pages import render_pages
 from mgrpo_jax.tasks.renderings import get_rendering
 from mgrpo_jax.tasks.symbolic import questions as symbolic_questions
 from mgrpo_jax.tasks.symbolic import world as symbolic_world
+from mgrpo_jax.tasks.train_worlds import derived_world_seed
+from mgrpo_jax.tasks.world_data import ensure_world, load_questions
+from mgrpo_jax.tasks.world_setup import WorldSetup, question_mixture
 from mgrpo_jax.tools.search import build_index
-from mgrpo_jax.training import data
-from mgrpo_jax.training.train_worlds import derived_world_seed
 from mgrpo_jax.warm_start import demonstration_worlds as dw
 
 
@@ -60,7 +61,8 @@ def test_other_worlds_are_new_and_never_use_test_names(built):
     assert len(subjects - set(train.names)) > len(subjects) // 2  # mostly unseen names
     entity = next(f.subject for q in world.questions for f in q.path if f.subject)
     assert entity in world.registry.call("search", {"query": entity}).text
-  seeds = {derived_world_seed(config, "demonstration_world", i) for i in range(1, 50)}
+  seeds = {derived_world_seed(WorldSetup.from_config(config), "demonstration_world", i)
+           for i in range(1, 50)}
   assert len(seeds) == 49 and int(config.world.test_seed) not in seeds
 
 
@@ -71,6 +73,10 @@ def _symbolic_config(types: str):
                            "world.stage": "stage1", "world.question_types": types,
                            "warm_start.num_questions": 40, "warm_start.num_worlds": 2})
   return config
+
+
+def _symbolic_world(types: str) -> WorldSetup:
+  return WorldSetup.from_config(_symbolic_config(types))
 
 
 def test_question_types_restrict_the_demonstrations(tmp_path):
@@ -84,20 +90,20 @@ def test_question_types_restrict_the_demonstrations(tmp_path):
 
 
 def test_question_mixture_keeps_the_named_types_weights():
-  mixture = data.question_mixture(_symbolic_config("puzzle,three_hop").world)
+  mixture = question_mixture(_symbolic_world("puzzle,three_hop"))
   full = symbolic_questions.STAGE1
   assert mixture.weights == {t: full.weights[t] for t in ("three_hop", "puzzle")}
-  assert data.question_mixture(_symbolic_config("").world) == full
+  assert question_mixture(_symbolic_world("")) == full
   with pytest.raises(ValueError, match=r"world.question_types='lookup,multihop'.*multihop"):
-    data.question_mixture(_symbolic_config("lookup,multihop").world)
+    question_mixture(_symbolic_world("lookup,multihop"))
 
 
 def test_question_types_filter_the_dataset_questions(tmp_path):
-  everything = _symbolic_config("")
-  world_path = data.ensure_world(tmp_path, everything.world)
-  kept = _symbolic_config("lookup,puzzle").world
+  everything = _symbolic_world("")
+  world_path = ensure_world(tmp_path, everything)
+  kept = _symbolic_world("lookup,puzzle")
   for split in ("train", "test"):
-    questions = data.load_questions(world_path, everything.world, "stage1", split=split)
-    filtered = data.load_questions(world_path, kept, "stage1", split=split)
+    questions = load_questions(world_path, everything, "stage1", split=split)
+    filtered = load_questions(world_path, kept, "stage1", split=split)
     assert filtered == [q for q in questions if q.type in ("lookup", "puzzle")]
     assert 0 < len(filtered) < len(questions)

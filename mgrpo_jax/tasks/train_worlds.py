@@ -17,7 +17,8 @@ a file lock (both slices build the same set). The built split's question count N
 split evenly over the W worlds: world 0 keeps the first share of its questions, world w
 draws its share from the stage mixture with its own seed, ids `train-w<w>-...`. Tool
 calls and S's r_expert go to the world of the question they serve
-(`TaskRoutedRegistry`, `TaskRoutedJudge`).
+(`TaskRoutedRegistry`, `TaskRoutedJudge`). `world.question_ids` keeps some of the
+training questions (the two-stage curriculum's selection).
 """
 
 from __future__ import annotations
@@ -29,17 +30,18 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from mgrpo_jax.tasks.questions import Question
-from mgrpo_jax.tools import TaskRoutedRegistry, ToolRegistry
+from mgrpo_jax.tasks.world_data import load_questions
+from mgrpo_jax.tasks.world_setup import WorldSetup, question_mixture
+from mgrpo_jax.tools import TaskRoutedRegistry, ToolRegistry, world_index
 from mgrpo_jax.tools.search import build_index
-from mgrpo_jax.training import agent_setup
-from mgrpo_jax.training.data import load_questions, question_mixture, world_rendering
 from mgrpo_jax.utils.file_lock import file_lock
+from mgrpo_jax.utils.seeds import derive_seed
 
 
-def derived_world_seed(config, purpose: str, index: int) -> int:
+def derived_world_seed(world: WorldSetup, purpose: str, index: int) -> int:
   """The seed of generated world `index` >= 1 for `purpose` (never the test world's)."""
-  seed = agent_setup.derive_seed(int(config.world.seed), purpose, index)
-  return seed + 1 if seed == int(config.world.test_seed) else seed
+  seed = derive_seed(world.seed, purpose, index)
+  return seed + 1 if seed == world.test_seed else seed
 
 
 def question_counts(total: int, num_worlds: int, *, total_key: str,
@@ -77,24 +79,25 @@ class TrainingTasks:
   expert_judge: Callable[..., float]
 
 
-def training_tasks(config, world_path: pathlib.Path) -> TrainingTasks:
-  """The module docstring's questions, tools and judge for `config.world`.
+def training_tasks(world: WorldSetup, world_path: pathlib.Path,
+                   open_tools: Callable[[pathlib.Path], ToolRegistry]) -> TrainingTasks:
+  """The module docstring's questions, tools and judge for `world`.
 
   Args:
-    config: the run's config (`world.*`, `tools.*`).
-    world_path: the run's built world (`data.ensure_world`).
+    world: the run's world.
+    world_path: the run's built world (`world_data.ensure_world`).
+    open_tools: the agents' tools over the search index file it is given
+      (`training.agent_setup.index_tool_registry` with the run's `tools.*`).
   """
-  world = config.world
-  stage = str(world.stage)
+  stage = world.stage
   built = load_questions(world_path, world, stage)
-  registry = agent_setup.tool_registry(world_path, config)
-  rendering = world_rendering(config)
-  train_world, test_world = rendering.split_worlds(str(world.size), int(world.seed),
-                                                   int(world.test_seed))
+  registry = open_tools(world_index(world_path, "train_world"))
+  rendering = world.rendering
+  train_world, test_world = world.split_worlds()
   judge = rendering.expert_judge(train_world)
-  num_worlds = int(world.train_worlds)  # > 1 only with generated questions (validate)
+  num_worlds = world.train_worlds  # > 1 only with generated questions (validate)
   if num_worlds == 1:
-    return _kept(TrainingTasks(built, registry, judge), str(world.question_ids))
+    return _kept(TrainingTasks(built, registry, judge), world.question_ids)
   counts = question_counts(len(built), num_worlds, total_key=f"the {stage} training split",
                            worlds_key="world.train_worlds")
   folder = pathlib.Path(world_path) / "train_worlds"
@@ -103,11 +106,10 @@ def training_tasks(config, world_path: pathlib.Path) -> TrainingTasks:
   judges = {0: judge}
   mixture = question_mixture(world)
   for index in range(1, num_worlds):
-    source = rendering.generate(str(world.size), derived_world_seed(config, "train_world", index),
+    source = rendering.generate(world.size, derived_world_seed(world, "train_world", index),
                                 frozenset(test_world.names))
     own = rendering.synthesize(source, counts[index], stage=mixture,
-                               seed=agent_setup.derive_seed(int(world.seed), "train_questions",
-                                                            index) % 2**16,
+                               seed=derive_seed(world.seed, "train_questions", index) % 2**16,
                                id_prefix=f"train-w{index}")
     ensure_world_index(rendering, source, folder / f"world_{index}.sqlite")
     judges[index] = rendering.expert_judge(source)
@@ -115,13 +117,12 @@ def training_tasks(config, world_path: pathlib.Path) -> TrainingTasks:
     questions += own
 
   def open_world(index: int) -> ToolRegistry:
-    return registry if index == 0 else agent_setup.index_tool_registry(
-        folder / f"world_{index}.sqlite", config)
+    return registry if index == 0 else open_tools(folder / f"world_{index}.sqlite")
 
   return _kept(TrainingTasks(
       questions, TaskRoutedRegistry(world_of, open_world),
       TaskRoutedJudge({qid: judges[index] for qid, index in world_of.items()})),
-      str(world.question_ids))
+      world.question_ids)
 
 
 def read_question_ids(path: str) -> list[str]:

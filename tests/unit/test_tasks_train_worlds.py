@@ -4,6 +4,7 @@ worlds, and every tool call and r_expert goes to the world of the question it se
 from __future__ import annotations
 
 import collections
+import functools
 import threading
 import time
 
@@ -14,10 +15,12 @@ from mgrpo_jax.agents import Agent, AgentLimits, OraclePolicy, RolloutConfig, ma
 from mgrpo_jax.config import ConfigError, apply_overrides, base_config, validate
 from mgrpo_jax.tasks import judges
 from mgrpo_jax.tasks.renderings import get_rendering
+from mgrpo_jax.tasks.train_worlds import derived_world_seed, question_counts, training_tasks
+from mgrpo_jax.tasks.world_data import ensure_world, load_questions
+from mgrpo_jax.tasks.world_setup import WorldSetup
 from mgrpo_jax.text import SentencePieceTokenizer
 from mgrpo_jax.tools import TaskRoutedRegistry, ToolRegistry
-from mgrpo_jax.training.data import ensure_world, load_questions
-from mgrpo_jax.training.train_worlds import derived_world_seed, question_counts, training_tasks
+from mgrpo_jax.training import agent_setup
 
 SYMBOLIC = get_rendering("symbolic")
 WORLDS = 4
@@ -33,18 +36,25 @@ def _config(**world):
   return config
 
 
+def _training_tasks(config, world_path):
+  """`training_tasks` as the slices call it, with the run's tools."""
+  return training_tasks(WorldSetup.from_config(config), world_path,
+                        functools.partial(agent_setup.index_tool_registry, config=config))
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
   root = tmp_path_factory.mktemp("run")
   config = _config(train_worlds=WORLDS)
-  world_path = ensure_world(root, config.world)
-  return config, world_path, load_questions(world_path, config.world, "stage1")
+  world = WorldSetup.from_config(config)
+  world_path = ensure_world(root, world)
+  return config, world_path, load_questions(world_path, world, "stage1")
 
 
 @pytest.fixture(scope="module")
 def tasks(built):
   config, world_path, _ = built
-  return training_tasks(config, world_path)
+  return _training_tasks(config, world_path)
 
 
 def test_the_questions_are_spread_evenly_over_the_worlds(built, tasks):
@@ -60,15 +70,15 @@ def test_the_questions_are_spread_evenly_over_the_worlds(built, tasks):
 
 
 def test_the_rl_worlds_are_neither_the_demonstration_worlds_nor_the_test_world(built):
-  config = built[0]
-  rl = {derived_world_seed(config, "train_world", i) for i in range(1, 100)}
-  demo = {derived_world_seed(config, "demonstration_world", i) for i in range(1, 100)}
-  assert len(rl) == 99 and not rl & demo and int(config.world.test_seed) not in rl
+  world = WorldSetup.from_config(built[0])
+  rl = {derived_world_seed(world, "train_world", i) for i in range(1, 100)}
+  demo = {derived_world_seed(world, "demonstration_world", i) for i in range(1, 100)}
+  assert len(rl) == 99 and not rl & demo and world.test_seed not in rl
 
 
 def test_one_world_is_the_built_world_as_before(built):
   config, world_path, built_questions = built
-  one = training_tasks(_config(train_worlds=1), world_path)
+  one = _training_tasks(_config(train_worlds=1), world_path)
   assert one.questions == built_questions
   assert isinstance(one.registry, ToolRegistry)
 

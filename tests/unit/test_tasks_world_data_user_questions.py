@@ -12,7 +12,8 @@ import pytest
 from mgrpo_jax import plugins
 from mgrpo_jax.config import apply_overrides, base_config, validate
 from mgrpo_jax.tasks.loaders import BenchmarkFileError
-from mgrpo_jax.training.data import load_questions
+from mgrpo_jax.tasks.world_data import load_questions
+from mgrpo_jax.tasks.world_setup import WorldSetup
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "configs" / "examples" / "my_questions.jsonl"
@@ -23,7 +24,7 @@ def _world(**overrides):
   config = base_config()
   apply_overrides(config, {f"world.{k}": v for k, v in overrides.items()})
   validate(config)
-  return config.world
+  return WorldSetup.from_config(config)
 
 
 def test_jsonl_questions_reach_the_trainer(tmp_path):
