@@ -136,8 +136,8 @@ def warm_start_agent(config, mode: Mode, workdir: str, role: str) -> None:
     return
   ws = config.warm_start
   seed = int(config.experiment.seed)
-  world = WorldSetup.from_config(config)
-  world_path = ensure_world(paths.local, world, log)
+  world_setup = WorldSetup.from_config(config)
+  world_path = ensure_world(paths.local, world_setup, log)
   worlds = demonstration_worlds(config, world_path, folder)
   main_spec, sub_spec = agent_setup.agent_specs(config, mode)
   setups = {r: AgentSetup.from_config(config, r) for r in mode.agents}
@@ -146,7 +146,8 @@ def warm_start_agent(config, mode: Mode, workdir: str, role: str) -> None:
   models = {r: agent_setup.build_model(setups[r], tokenizer) for r in mode.agents}
   # S's demonstrations go to S's model in its own ids (to M's in shared_policy).
   sub_tokenizer = models["sub"][1] if "sub" in models else None
-  main_oracle, sub_oracle = noisy_oracles(world, NoiseSettings.from_config(config), seed)
+  main_oracle, sub_oracle = noisy_oracles(world_setup, NoiseSettings.from_config(config),
+                                          seed)
   team = Demonstrators(main_oracle=main_oracle, sub_oracle=sub_oracle, main_spec=main_spec,
                        sub_spec=sub_spec, sub_tokenizer=sub_tokenizer)
   demonstrate = functools.partial(
