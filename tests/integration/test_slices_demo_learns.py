@@ -4,9 +4,9 @@
 question types, one per agent's demonstrated mistake, with a smaller warm start and 15
 RL steps): the warm-started agents, then the M-GRPO-trained ones, answer the same
 held-out questions of the unseen test world, greedily. The check is the demo's own
-criterion: the two 95% intervals are apart. With the update disabled (learning rate 0
-for both agents) the agents after RL are the warm start's and the check fails
-(docs/RESULTS.md).
+criterion: the two 95% intervals are apart. With the update disabled (learning rate 1e-30
+for both agents; the launcher refuses 0) the agents after RL answer as the warm start's
+and both assertions fail (docs/RESULTS.md).
 """
 
 from __future__ import annotations
