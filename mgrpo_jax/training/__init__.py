@@ -18,8 +18,8 @@ Also here: what an agent is built from (`agent_setup`: tokenizer, model, sampler
 state; `tokenizer_corpus`: the world tokenizer's training text), the query stream over
 the world's training questions (`data`; the world itself is built and read in
 `mgrpo_jax.tasks`), the run's folder layout (`paths`), records as canonical JSON
-(`files`), the compilation cache and the Hugging Face export. The two slices' step protocol composes these in
-`mgrpo_jax.slices`.
+(`files`), the compilation cache and the Hugging Face export. The two slices' step
+protocol composes these in `mgrpo_jax.slices`.
 """
 
 from mgrpo_jax.training.batching import (
