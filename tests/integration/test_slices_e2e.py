@@ -59,6 +59,8 @@ def reference(tmp_path_factory):
   workdir = tmp_path_factory.mktemp("reference") / "run"
   result = launch(workdir, shared_cache=False)  # the default cache (checked below)
   assert result.returncode == 0, result.stdout[-4000:]
+  # The programs it compiled, shared with this session's later launches of the same config.
+  trainer_harness.share_compiled_programs(workdir.parent / "jax_cache")
   return workdir, result.stdout
 
 

@@ -4,7 +4,8 @@
 
 It tests the decoupled training system (processes, sockets, store, checkpoints, exact
 resume), not learning, so it stays fixed while `configs/local_demo.py` (the demo) is
-tuned: the tiny world, `tiny` models, full system prompts, B=2, K=4, D=4, 3 steps.
+tuned: the tiny world, `tiny` models, full system prompts, B=2, K=4, D=4, 3 steps, RL batches
+padded to doublings of 64 tokens.
 The training questions come from eight worlds (`world.train_worlds`), so every trainer
 test also routes tool calls and r_expert by question, across the slices' socket.
 """
@@ -32,6 +33,9 @@ for _agent in ("main", "sub"):
       f"{_agent}.sampling.max_new_tokens": 16,
       f"{_agent}.limits.max_turns": 3,
       f"{_agent}.limits.max_context": 1024,
+      # RL batches padded to the doubling of 64 that holds their longest row, not to
+      # max_context: on CPU an update of 8 rows at T = 1024 costs 20 times one at 256.
+      f"{_agent}.limits.shortest_train_length": 64,
       f"{_agent}.optim.learning_rate": 1e-3,
   })
 

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
+import time
 
+import filelock
 import numpy as np
 import orbax.checkpoint as ocp
 
@@ -59,14 +62,45 @@ def command(workdir, *extra, slice_name="all", fault=None, gin_dir=None, shared_
   return argv, env
 
 
-def launch(workdir, *extra, slice_name="all", fault=None, timeout=240, cwd=ROOT, gin_dir=None,
+def launch(workdir, *extra, slice_name="all", fault=None, timeout=600, cwd=ROOT, gin_dir=None,
            shared_cache=True):
   """Runs tpu_run.py to its end in `cwd` (where a `gs://` run keeps its local folder
-  `runs_local/`); returns the CompletedProcess (output in .stdout)."""
+  `runs_local/`); returns the CompletedProcess (output in .stdout). `timeout` guards
+  against a hang; it is no time limit (a launch that compiles cold on a loaded machine
+  takes minutes)."""
   argv, env = command(workdir, *extra, slice_name=slice_name, fault=fault, gin_dir=gin_dir,
                       shared_cache=shared_cache)
   return subprocess.run(argv, env=env, cwd=cwd, stdout=subprocess.PIPE,
                         stderr=subprocess.STDOUT, text=True, timeout=timeout)
+
+
+def share_compiled_programs(cache_folder: pathlib.Path) -> int:
+  """Copies the programs in `cache_folder` (a launch's own persistent cache) that the
+  session's shared cache lacks into it, so later launches load them instead of compiling
+  them again; returns how many were copied.
+
+  The shared cache may have a size cap (`make test` sets one), under which JAX keeps a
+  `<key>-atime` file beside each `<key>-cache` file and locks `.lockfile` while it reads
+  or writes: the copy takes that lock and writes the access time first, then the program
+  under a temporary name renamed into place, as JAX's own writes leave the folder.
+  """
+  shared = os.environ.get(SHARED_CACHE_ENV)
+  if not shared:
+    return 0
+  target = pathlib.Path(shared)
+  target.mkdir(parents=True, exist_ok=True)
+  copied = 0
+  with filelock.FileLock(target / ".lockfile"):
+    for source in sorted(cache_folder.glob("*-cache")):
+      if (target / source.name).exists():
+        continue
+      key = source.name.removesuffix("-cache")
+      (target / f"{key}-atime").write_bytes(time.time_ns().to_bytes(8, "little"))
+      partial = target / f".{source.name}.partial"
+      shutil.copyfile(source, partial)
+      os.replace(partial, target / source.name)
+      copied += 1
+  return copied
 
 
 def start(workdir, *extra, slice_name, fault=None, cwd=ROOT, gin_dir=None,
