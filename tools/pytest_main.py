@@ -21,10 +21,9 @@ class ShardSelection:
     self.index, self.total = index, total
 
   def pytest_collection_modifyitems(self, config, items):
-    kept = items[self.index::self.total]
-    kept_ids = {id(item) for item in kept}
-    config.hook.pytest_deselected(items=[i for i in items if id(i) not in kept_ids])
-    items[:] = kept
+    config.hook.pytest_deselected(items=[item for n, item in enumerate(items)
+                                         if n % self.total != self.index])
+    items[:] = items[self.index::self.total]
 
 
 def shard_plugins(environ: dict[str, str]) -> list[ShardSelection]:

@@ -74,10 +74,10 @@ def launch(workdir, *extra, slice_name="all", fault=None, timeout=600, cwd=ROOT,
                         stderr=subprocess.STDOUT, text=True, timeout=timeout)
 
 
-def share_compiled_programs(cache_folder: pathlib.Path) -> int:
+def share_compiled_programs(cache_folder: pathlib.Path) -> None:
   """Copies the programs in `cache_folder` (a launch's own persistent cache) that the
   session's shared cache lacks into it, so later launches load them instead of compiling
-  them again; returns how many were copied.
+  them again.
 
   The shared cache may have a size cap (`make test` sets one), under which JAX keeps a
   `<key>-atime` file beside each `<key>-cache` file and locks `.lockfile` while it reads
@@ -86,10 +86,9 @@ def share_compiled_programs(cache_folder: pathlib.Path) -> int:
   """
   shared = os.environ.get(SHARED_CACHE_ENV)
   if not shared:
-    return 0
+    return
   target = pathlib.Path(shared)
   target.mkdir(parents=True, exist_ok=True)
-  copied = 0
   with filelock.FileLock(target / ".lockfile"):
     for source in sorted(cache_folder.glob("*-cache")):
       if (target / source.name).exists():
@@ -99,8 +98,6 @@ def share_compiled_programs(cache_folder: pathlib.Path) -> int:
       partial = target / f".{source.name}.partial"
       shutil.copyfile(source, partial)
       os.replace(partial, target / source.name)
-      copied += 1
-  return copied
 
 
 def start(workdir, *extra, slice_name, fault=None, cwd=ROOT, gin_dir=None,
