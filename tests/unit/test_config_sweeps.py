@@ -90,6 +90,9 @@ def test_the_other_comparison_tables_share_its_workdir_and_warm_starts():
   assert [n for n in names if n.startswith("no_alignment")] == [
       f"no_alignment-s{s}" for s in range(5)]
   assert {"single_agent-s2", "shared_policy-s0", "mgrpo-s4"} <= set(names)
+  assert [n for n in names if n.startswith("single_agent_long")] == [
+      f"single_agent_long-s{s}" for s in range(5)]
+  assert "single_agent-s3" not in names
   for run in arms.runs + sync.runs:
     overrides = dict(run.overrides)
     if run.name in core:
