@@ -1,0 +1,39 @@
+"""What sharpens the team's sampled policy: arms chosen on the validation split (50
+questions of the training world, 4 samples each), never on the test world, from the
+demo's warm start (seed 0), in the core comparison's workdir.
+
+  python launch/sweep.py --sweep=configs/sweeps/sharpening.py --parallel=2
+  python launch/compare.py --workdir=runs/paper_comparison --group_by=experiment.name
+
+  val_demo       the demo, evaluated on the validation split (the reference)
+  val_sub_mu2    S takes two optimizer steps on each RL batch (`sub.optim.iterations=2`,
+                 both against the sampler's log-probs, so the clip bounds how far they
+                 move S): S's sampled reports are what the chains lose
+  val_k16        16 rollouts per question and 4 questions a step (`mgrpo.rollouts_per_query
+                 =16`, `queries_per_step=4`): the same 64 rollouts a step, groups in which
+                 a rare sampled failure is seen and pushed down more often
+"""
+
+import importlib.util
+import pathlib
+
+from mgrpo_jax.config.sweep import Sweep
+
+_spec = importlib.util.spec_from_file_location(
+    "paper_comparison", pathlib.Path(__file__).with_name("paper_comparison.py"))
+comparison = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(comparison)
+
+VALIDATION = {"experiment.mode": "mgrpo", "eval.split": "validation", "eval.samples": 4}
+ARMS = {
+    "val_demo": VALIDATION,
+    "val_sub_mu2": {**VALIDATION, "sub.optim.iterations": 2},
+    "val_k16": {**VALIDATION, "mgrpo.rollouts_per_query": 16, "mgrpo.queries_per_step": 4},
+}
+
+
+def get_sweep() -> Sweep:
+  runs = comparison.arm_runs(ARMS, (0,))
+  runs = tuple(comparison.arm_run(run, run.overrides["experiment.name"], "multi")
+               for run in runs)
+  return Sweep(name=comparison.NAME, base_config="configs/local_demo.py", runs=runs)
