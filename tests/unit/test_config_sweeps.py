@@ -294,7 +294,8 @@ def test_launch_command_renders_and_quotes_a_run():
       "--config.experiment.seed=2 --config.logging.tensorboard=false --dry_run")
 
 
-@pytest.mark.parametrize("sweep_file", ["paper_comparison.py", "learning_rate.py"])
+@pytest.mark.parametrize("sweep_file",
+                         sorted(p.name for p in (ROOT / "configs" / "sweeps").glob("*.py")))
 def test_every_shipped_run_round_trips_through_the_launchers_config_flag(
     sweep_file, monkeypatch):
   monkeypatch.chdir(ROOT)
