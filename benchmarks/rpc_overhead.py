@@ -6,8 +6,9 @@ logprobs and roles of every call, its messages and tool calls. This times everyt
 the service adds to a step besides S's own sampling, on loopback, with a handler that
 returns prepared records (no model):
 
-  grpc    the project's path: tasks to protobuf, a gRPC call (token metadata, request id),
-          the server's schema check and parse, records to protobuf and back to
+  grpc    the project's path: tasks to protobuf, a gRPC call (token metadata, request id)
+          streaming the request as a header and one part per task, the server's schema
+          check and parse of each part, records to protobuf and back to
           `SubAgentResult`s; plus the digest of each received record (`SubRecord.digest`,
           which the step's outcomes publish), timed apart;
   framed  the peer, the framing this replaced, rebuilt here as it was: the request as
@@ -34,7 +35,7 @@ from bench_timing import median_seconds
 
 from mgrpo_jax.agents.records import END_RESULT, SubRecord, ToolCall, Trajectory
 from mgrpo_jax.agents.sub_client import SubAgentResult, SubTaskRequest
-from mgrpo_jax.serving import messages
+from mgrpo_jax.serving import messages, request_parts
 from mgrpo_jax.serving.proto import sub_agent_pb2 as pb
 from mgrpo_jax.serving.rpc import Method, RpcClient, RpcServer
 from mgrpo_jax.serving.wire import to_plain
@@ -86,9 +87,8 @@ class _GrpcPath:
         for batch in batches]
     self._batches = batches
     self._server = RpcServer(messages.SERVICE, {"RunSubtasks": Method(
-        lambda data: messages.parse_request(data, pb.RunSubtasksRequest,
-                                            {messages.TASKS_FIELD: 1024}),
-        lambda request: replies[request.batch])}, token=TOKEN).start()
+        lambda parts: request_parts.assemble(parts, 1024), lambda request: replies[request.batch],
+        streamed=True)}, token=TOKEN).start()
     self._client = RpcClient(messages.SERVICE, self._server.address, token=TOKEN)
     self.reply_bytes = sum(r.ByteSize() for r in replies)
 
@@ -97,7 +97,8 @@ class _GrpcPath:
     for index, batch in enumerate(self._batches):
       request = pb.RunSubtasksRequest(step=1, seed=7, version=3, batch=index, tasks=[
           messages.task_to_proto(t) for t in _tasks(batch)])
-      reply = self._client.call("RunSubtasks", request, pb.RunSubtasksReply)
+      reply = self._client.call("RunSubtasks", request, pb.RunSubtasksReply,
+                                parts=request_parts.parts)
       results += [messages.result_from_proto(r) for r in reply.results]
     return results
 

@@ -10,11 +10,14 @@ process, then from this process, without the token or with bad requests:
   HTTP/2 clients calling without the token: the latency of a caller with the token
   (a `Status` and a `RunSubtasks` that runs S), the server's memory against idle, and
   when the silent ones are closed;
-- each malformed request kind (wrong wire types, out-of-range indices, an unknown query,
-  a duplicate of a stored call with other content, a body over the size limit, a
-  maximal request of empty tasks, a maximal request of long sub-tasks): the status it
-  gets, whether the next call is served, whether anything was stored, and the server's
-  peak memory during it (its VmHWM, reset before each) against the message size.
+- each malformed request kind, streamed as parts as the main slice sends a request
+  (wrong wire types, out-of-range indices, an unknown query, a duplicate of a stored
+  call with other content, parts out of order or fewer than announced, a part over the
+  part limit, 64 MiB and 4 MiB of empty tasks, tasks of long sub-tasks, the largest
+  request that parses and one just over the size limit): the status it gets, whether
+  the next call is served, whether anything was stored, how much of it the attacker's
+  gRPC took before the refusal, and the server's peak memory during it (its VmHWM,
+  reset before each) against the request's size.
 
 Prints one table per part (docs/RELIABILITY.md has the results). Linux only (reads
 /proc). The well-formed call M never made is in tests/integration/test_slices_e2e.py
@@ -23,6 +26,7 @@ Prints one table per part (docs/RELIABILITY.md has the results). Linux only (rea
 
 from __future__ import annotations
 
+import itertools
 import json
 import pathlib
 import socket
@@ -32,19 +36,20 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterable
 
 import grpc
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mgrpo_jax.serving import messages  # noqa: E402
+from mgrpo_jax.serving import messages, request_parts  # noqa: E402
 from mgrpo_jax.serving.proto import sub_agent_pb2 as pb  # noqa: E402
 from mgrpo_jax.serving.rpc import TOKEN_KEY, RpcClient  # noqa: E402
 from tests.support.sockets import closed_by_peer  # noqa: E402
 
 TOKEN = "s3cret"
-MAX_TASKS = 64  # B*K of the demo
+MAX_TASKS = 512  # B*K of a run with B = 64, K = 8: the largest request that parses is 4 MiB
 MAX_CHARS = 1024
 _SERVER = """
 import json, sys, tempfile
@@ -145,20 +150,30 @@ class Caller:
     request = pb.RunSubtasksRequest(step=0, seed=1, version=0, batch=0, tasks=[pb.SubTask(
         query_id=query, rollout_index=rollout % 8, call_index=call, subtask=subtask)])
     start = time.perf_counter()
-    reply = self._client.call("RunSubtasks", request, pb.RunSubtasksReply)
+    reply = self._client.call("RunSubtasks", request, pb.RunSubtasksReply,
+                              parts=request_parts.parts)
     assert len(reply.results) == 1
     return time.perf_counter() - start
 
 
-def _raw(address, data: bytes, token: str = TOKEN) -> grpc.StatusCode:
+def _raw(address, parts: Iterable[bytes]) -> tuple[grpc.StatusCode, int]:
+  """The status of a `RunSubtasks` call streaming `parts`, and the bytes of the parts
+  the caller's gRPC took from it before the call ended."""
+  taken = [0]
+
+  def counted():
+    for part in parts:
+      taken[0] += len(part)
+      yield part
+
   with grpc.insecure_channel(f"{address[0]}:{address[1]}",
                              options=[("grpc.max_send_message_length", -1)]) as channel:
-    call = channel.unary_unary(f"/{messages.SERVICE}/RunSubtasks", request_serializer=None)
+    call = channel.stream_unary(f"/{messages.SERVICE}/RunSubtasks", request_serializer=None)
     try:
-      call(data, timeout=120, metadata=[(TOKEN_KEY, token.encode())])
+      call(counted(), timeout=120, metadata=[(TOKEN_KEY, TOKEN.encode())])
     except grpc.RpcError as e:
-      return e.code()
-  return grpc.StatusCode.OK
+      return e.code(), taken[0]
+  return grpc.StatusCode.OK, taken[0]
 
 
 def connection_attacks(server: Server, caller: Caller) -> None:
@@ -211,9 +226,28 @@ def connection_attacks(server: Server, caller: Caller) -> None:
     sock.close()
 
 
-def _entries(count: int, entry: bytes) -> bytes:
-  """`count` `tasks` entries (field 5) holding `entry` (under 128 bytes)."""
-  return (b"\x2a" + bytes([len(entry)]) + entry) * count
+def _header(num_tasks: int, body: bytes | None = None) -> bytes:
+  """A header part announcing `num_tasks` (or holding the header bytes `body`)."""
+  if body is None:
+    return pb.RunSubtasksPart(header=pb.RunSubtasksHeader(num_tasks=num_tasks)
+                              ).SerializeToString()
+  return b"\x0a" + bytes([len(body)]) + body
+
+
+def _task(entry: bytes = b"") -> bytes:
+  """A part of one task, holding the `SubTask` bytes `entry` (under 128 bytes)."""
+  return b"\x12" + bytes([len(entry)]) + entry
+
+
+def _parts(request: pb.RunSubtasksRequest) -> list[bytes]:
+  return [part.SerializeToString() for part in request_parts.parts(request, 64 << 10)]
+
+
+def _empty_tasks(size: int) -> tuple[Iterable[bytes], int]:
+  """A header announcing `MAX_TASKS`, then empty task parts up to `size` bytes."""
+  count = (size - len(_header(MAX_TASKS))) // len(_task())
+  return (itertools.chain([_header(MAX_TASKS)], itertools.repeat(_task(), count)),
+          len(_header(MAX_TASKS)) + count * len(_task()))
 
 
 def _long_task(query: str, index: int, text: str) -> pb.SubTask:
@@ -224,44 +258,54 @@ def _long_task(query: str, index: int, text: str) -> pb.SubTask:
 def request_attacks(server: Server, caller: Caller) -> None:
   query, subtask = server.queries[0]
   stored_task = pb.SubTask(query_id=query, rollout_index=7, call_index=15, subtask=subtask)
-  stored = pb.RunSubtasksRequest(tasks=[stored_task]).SerializeToString()
-  assert _raw(server.address, stored) == grpc.StatusCode.OK
+  stored = _parts(pb.RunSubtasksRequest(tasks=[stored_task]))
+  assert _raw(server.address, stored)[0] == grpc.StatusCode.OK
   other = pb.SubTask(query_id=query, rollout_index=7, call_index=15, subtask="Other task.")
   well_formed = [pb.SubTask(query_id=query, subtask=subtask)]
+  task = pb.RunSubtasksPart(tasks=well_formed).SerializeToString()
+
+  def largest(chars: int) -> pb.RunSubtasksRequest:  # MAX_TASKS tasks of 4-byte characters
+    return pb.RunSubtasksRequest(step=10**9, tasks=[
+        _long_task(query, i, "\U0001f600" * chars) for i in range(MAX_TASKS)])
+
   attacks = {
-      "step sent as a string (wrong wire type)": b"\x0a\x01x" + _entries(1, b""),
-      "rollout_index sent as a double 0.5": _entries(1, b"\x11" + b"\x00" * 7 + b"\x3f"),
-      "batch = -5": pb.RunSubtasksRequest(batch=-5, tasks=well_formed),
-      "batch = 10**9": pb.RunSubtasksRequest(batch=10**9, tasks=well_formed),
-      "step = 10**9": pb.RunSubtasksRequest(step=10**9, tasks=well_formed),
-      "rollout_index = 8 (K = 8)": pb.RunSubtasksRequest(tasks=[pb.SubTask(
-          query_id=query, rollout_index=8, subtask=subtask)]),
-      "an unknown query": pb.RunSubtasksRequest(tasks=[pb.SubTask(query_id="nope",
-                                                                  subtask=subtask)]),
-      "a stored call again with another sub-task": pb.RunSubtasksRequest(tasks=[other]),
-      "64 MiB of empty tasks (over the 4 MiB limit)": _entries(32 << 20, b""),
-      "4 MiB of empty tasks (the largest request)": _entries(2 << 20, b"")[:(4 << 20) - 64],
-      "64 tasks of 32,000-character texts (4 MiB)": pb.RunSubtasksRequest(tasks=[
-          _long_task(query, i, "x" * 32_000) for i in range(MAX_TASKS)]),
-      "the largest request that parses (step 10**9)": pb.RunSubtasksRequest(
-          step=10**9, tasks=[_long_task(query, i, "\U0001f600" * MAX_CHARS)  # 4 bytes each
-                             for i in range(MAX_TASKS)]),
+      "step sent as a string (wrong wire type)": [_header(1, b"\x0a\x01x"), task],
+      "rollout_index sent as a double 0.5": [_header(1), _task(b"\x11" + b"\x00" * 7 + b"\x3f")],
+      "batch = -5": _parts(pb.RunSubtasksRequest(batch=-5, tasks=well_formed)),
+      "batch = 10**9": _parts(pb.RunSubtasksRequest(batch=10**9, tasks=well_formed)),
+      "step = 10**9": _parts(pb.RunSubtasksRequest(step=10**9, tasks=well_formed)),
+      "rollout_index = 8 (K = 8)": _parts(pb.RunSubtasksRequest(tasks=[pb.SubTask(
+          query_id=query, rollout_index=8, subtask=subtask)])),
+      "an unknown query": _parts(pb.RunSubtasksRequest(tasks=[pb.SubTask(query_id="nope",
+                                                                         subtask=subtask)])),
+      "a stored call again with another sub-task": _parts(pb.RunSubtasksRequest(tasks=[other])),
+      "a task before the header": [task, _header(1)],
+      "two headers": [_header(1), _header(1), task],
+      "fewer tasks than the header announces": [_header(2), task],
+      "one 64 MiB part (over the 64 KiB part limit)": [_task() * (32 << 20)],
+      "64 MiB of empty tasks in 2-byte parts": _empty_tasks(64 << 20),
+      "4 MiB of empty tasks in 2-byte parts": _empty_tasks(4 << 20),
+      "512 tasks of 32,000-character texts (31 MiB)": _parts(pb.RunSubtasksRequest(tasks=[
+          _long_task(query, i, "x" * 32_000) for i in range(MAX_TASKS)])),
+      "the largest that parses: 1,000-char tasks": _parts(largest(1000)),
+      "1,024-char tasks: over the 4 MiB limit": _parts(largest(MAX_CHARS)),
   }
-  print(f"\n{'request':<46}{'status':>19}{'next served':>12}{'stored':>7}{'MB sent':>8}"
-        f"{'peak MB':>8}{'x size':>7}")
-  print("(x size: the peak's growth over the request's size, for requests of 256 KiB and up)")
-  for name, request in attacks.items():
-    data = request if isinstance(request, bytes) else request.SerializeToString()
+  print(f"\n{'request':<46}{'status':>19}{'next served':>12}{'stored':>7}{'MB':>7}"
+        f"{'taken':>7}{'peak MB':>8}{'x size':>7}")
+  print("(MB: the request's parts; taken: what the attacker's gRPC took of them before the "
+        "refusal;\n x size: the peak's growth over the request's size, for 256 KiB and up)")
+  for name, attack in attacks.items():
+    parts, size = attack if isinstance(attack, tuple) else (attack, sum(map(len, attack)))
     before, rss = server.stored(), server.rss_mb()
     server.reset_peak()
-    status = _raw(server.address, data)
+    status, taken = _raw(server.address, parts)
     growth = server.peak_mb() - rss
     served = caller.run_s() > 0 and caller.status_s() > 0
-    ratio = f"{growth / (len(data) / 2**20):.1f}" if len(data) >= 256 << 10 else "-"
+    ratio = f"{growth / (size / 2**20):.1f}" if size >= 256 << 10 else "-"
     print(f"{name:<46}{status.name:>19}{'yes' if served else 'NO':>12}"
-          f"{server.stored() - before - 1:>7}{len(data) / 2**20:>8.2f}{growth:>8.1f}"
-          f"{ratio:>7}")
-  assert _raw(server.address, stored) == grpc.StatusCode.OK  # the stored call is unchanged
+          f"{server.stored() - before - 1:>7}{size / 2**20:>7.2f}{taken / 2**20:>7.2f}"
+          f"{growth:>8.1f}{ratio:>7}")
+  assert _raw(server.address, stored)[0] == grpc.StatusCode.OK  # the stored call is unchanged
 
 
 def main() -> None:

@@ -391,6 +391,10 @@ SPEC: dict[str, Any] = {
         "max_request_mib": Field(4, "Largest request the service reads, in MiB (a batch "
                                  "of delegations: sub-tasks and their context).", low=1,
                                  high=2047),
+        "max_part_kib": Field(64, "Largest part of a streamed request, in KiB: a batch "
+                              "travels as one part per delegation, and gRPC holds one part "
+                              "at a time (a delegation's two strings take up to 8 KiB).",
+                              low=16, high=1024),
         "max_reply_mib": Field(256, "Largest reply, in MiB (S's records of a batch, token "
                                "ids included).", low=1, high=2047),
         "max_concurrent_calls": Field(16, "Calls the service runs at once; more are told "

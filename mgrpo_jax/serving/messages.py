@@ -23,7 +23,6 @@ from mgrpo_jax.serving.wire_check import WireError, check_wire
 
 # The fully qualified name of the service (gRPC paths are /<service>/<method>).
 SERVICE = pb.DESCRIPTOR.services_by_name["SubAgent"].full_name
-TASKS_FIELD = pb.RunSubtasksRequest.DESCRIPTOR.fields_by_name["tasks"].full_name
 TASK_FIELDS = {name: field.full_name
                for name, field in pb.SubTask.DESCRIPTOR.fields_by_name.items()}
 M = TypeVar("M", bound=Message)

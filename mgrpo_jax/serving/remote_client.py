@@ -1,7 +1,8 @@
 """The main slice's `SubAgentClient` for the remote sub-agent service.
 
 `RemoteSubAgentClient.run(requests, seed)` sends one delegation batch as one
-`RunSubtasks` call (gRPC, `sub_service.py`), tagged with the step, the S weight version
+`RunSubtasks` call (gRPC, `sub_service.py`; the request streamed in parts of at most
+`serving.max_part_kib`, `request_parts.parts`), tagged with the step, the S weight version
 the step must use and the batch's index within the step (`begin_step` resets it; the
 controller's batches are deterministic, so a restarted step sends the same batches with
 the same tags).
@@ -24,12 +25,12 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from google.protobuf.message import Message
 
 from mgrpo_jax.agents.sub_client import SubAgentResult, SubTaskRequest
-from mgrpo_jax.serving import messages
+from mgrpo_jax.serving import messages, request_parts
 from mgrpo_jax.serving.address import Address
 from mgrpo_jax.serving.proto import sub_agent_pb2 as pb
 from mgrpo_jax.serving.rpc import ClientSettings, RpcClient, ServiceUnavailableError
@@ -74,8 +75,10 @@ class RemoteSubAgentClient:
     """Tags the following batches with `step` and the S weight `version` to use."""
     self._step, self._version, self._batch = step, version, 0
 
-  def call(self, method: str, request: Message, reply_type: type[Message]) -> Message:
-    """One RPC, retried across address changes until the deadline (module docstring)."""
+  def call(self, method: str, request: Message, reply_type: type[Message], *,
+           parts: Callable[[Message, int], Iterable[Message]] | None = None) -> Message:
+    """One RPC, retried across address changes until the deadline (module docstring);
+    `parts`: a streamed method's (`RpcClient.call`)."""
     deadline = time.monotonic() + self._deadline_s
     request_id = uuid.uuid4().hex
     last: Address | None = None
@@ -104,7 +107,7 @@ class RemoteSubAgentClient:
                                self._settings, deadline=min(_ATTEMPT_WINDOW_S, remaining)))
         self._clients = {address: client}
       try:
-        return client.call(method, request, reply_type, request_id=request_id)
+        return client.call(method, request, reply_type, request_id=request_id, parts=parts)
       except ServiceUnavailableError as e:
         error = e
         del self._clients[address]
@@ -120,7 +123,8 @@ class RemoteSubAgentClient:
     ready_by = time.monotonic() + self._ready_timeout_s
     pause = self._poll_s
     while True:
-      reply = self.call("RunSubtasks", request, pb.RunSubtasksReply)
+      reply = self.call("RunSubtasks", request, pb.RunSubtasksReply,
+                        parts=request_parts.parts)
       if reply.status != pb.RunSubtasksReply.NOT_READY:
         break
       if time.monotonic() > ready_by:

@@ -1,15 +1,21 @@
-"""Unary gRPC calls between the slices: the server and client under the sub-agent service.
+"""gRPC calls between the slices: the server and client under the sub-agent service.
 
 The server (`RpcServer`) serves the methods of one gRPC service. A method reads the
 request's serialized bytes itself (`Method.parse`, e.g. `messages.parse_request`, which
-checks them against the schema before parsing) and returns a protobuf reply. What the
-server enforces, each a `ServerLimits` field (config keys `serving.*`):
+checks them against the schema before parsing) and returns a protobuf reply. A unary
+method's request is one message; a streamed method's (`Method.streamed`) is a client
+stream of small parts, which gRPC hands over one at a time and the method assembles
+(`request_parts.assemble`), so that a large request is held once, not up to three times
+as gRPC's unary receive path does. What the server enforces, each a `ServerLimits` field
+(config keys `serving.*`):
 
   - the token: call metadata `mgrpo-token-bin` (any UTF-8, sent as bytes), compared in
     constant time (`hmac.compare_digest`) when the call's headers arrive, before its
     body is read: a wrong token is UNAUTHENTICATED and the body is never buffered;
-  - a request at most `max_request_bytes` (larger: RESOURCE_EXHAUSTED, unread), a reply
-    at most `max_reply_bytes`;
+  - every message at most `max_part_bytes` (a unary request, or one part: larger is
+    RESOURCE_EXHAUSTED, unread), a streamed request's parts at most `max_request_bytes`
+    together (counted as they arrive: RESOURCE_EXHAUSTED once past it, the rest unread),
+    a reply at most `max_reply_bytes`;
   - at most `max_concurrent_calls` calls at once (more: RESOURCE_EXHAUSTED, which the
     client retries as "busy"); connections hold no thread, so idle ones cost only memory;
   - a new connection must finish its handshake (TLS and HTTP/2) within
@@ -21,15 +27,17 @@ server enforces, each a `ServerLimits` field (config keys `serving.*`):
 
 Each request id (metadata `mgrpo-request-id`) runs once: a retry of a call that is still
 running waits for that run's answer, a retry of a finished one gets its answer again
-(the newest `kept_replies`), and the same id with other bytes is refused. A bad request
-(`messages.BadRequest`) is INVALID_ARGUMENT with the reason; any other error of a
-method is INTERNAL naming it, and the server keeps serving.
+(the newest `kept_replies`), and the same id with other bytes (the parts' bytes, in
+order) is refused; a request its method cannot parse is refused before its id is looked
+at. A bad request (`messages.BadRequest`) is INVALID_ARGUMENT with the reason; any other
+error of a method is INTERNAL naming it, and the server keeps serving.
 
 The client (`RpcClient`) retries UNAVAILABLE (no server, a dropped connection) and
-"busy" with backoff until `ClientSettings.deadline`, resending the same request id,
-then raises `ServiceUnavailableError` naming the address; a call not answered within
-`call_timeout` (a gRPC deadline) raises `RpcTimeoutError` (not retried: it may still be
-running); any other error status raises `RpcError`. Handlers must still be idempotent
+"busy" with backoff until `ClientSettings.deadline`, resending the same request id (a
+streamed request's parts built afresh from the request for each attempt), then raises
+`ServiceUnavailableError` naming the address; a call not answered within `call_timeout`
+(a gRPC deadline) raises `RpcTimeoutError` (not retried: it may still be running); any
+other error status raises `RpcError`. Handlers must still be idempotent
 (the sub-agent service is), since a restarted server has forgotten its request ids.
 """
 
@@ -42,7 +50,8 @@ import hashlib
 import hmac
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 import grpc
 from google.protobuf.message import Message
@@ -74,11 +83,26 @@ class _Unavailable(ConnectionError):
   """One attempt found no server, lost its connection or was told "busy" (retried)."""
 
 
+class _TooLarge(ValueError):
+  """A streamed request's parts passed `ServerLimits.max_request_bytes` (RESOURCE_EXHAUSTED)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class ServerLimits:
-  """What one `RpcServer` allows (module docstring; keys `serving.*`)."""
+  """What one `RpcServer` allows (module docstring; keys `serving.*`).
+
+  Attributes:
+    max_request_bytes: a streamed request's parts together, at most.
+    max_part_bytes: one message a caller sends (a unary request or one part), at most.
+    max_reply_bytes: one reply, at most.
+    max_concurrent_calls: calls at once; more are told "busy".
+    handshake_timeout_s, idle_timeout_s, keepalive_s, keepalive_timeout_s: a new
+      connection's handshake, a connection without calls, the pings (module docstring).
+    kept_replies: finished calls whose answers are kept for retries of their request id.
+  """
 
   max_request_bytes: int = 4 << 20
+  max_part_bytes: int = 64 << 10
   max_reply_bytes: int = 256 << 20
   max_concurrent_calls: int = 16
   handshake_timeout_s: float = 10.0
@@ -88,8 +112,9 @@ class ServerLimits:
   kept_replies: int = 8
 
   def __post_init__(self):
-    if (min(self.max_request_bytes, self.max_reply_bytes, self.max_concurrent_calls,
+    if (min(self.max_part_bytes, self.max_reply_bytes, self.max_concurrent_calls,
             self.kept_replies) < 1
+        or self.max_part_bytes > self.max_request_bytes
         or min(self.handshake_timeout_s, self.idle_timeout_s, self.keepalive_s,
                self.keepalive_timeout_s) <= 0):
       raise ValueError(f"invalid server limits {self}")
@@ -97,6 +122,7 @@ class ServerLimits:
   @classmethod
   def from_config(cls, serving) -> ServerLimits:
     return cls(max_request_bytes=int(serving.max_request_mib) << 20,
+               max_part_bytes=int(serving.max_part_kib) << 10,
                max_reply_bytes=int(serving.max_reply_mib) << 20,
                max_concurrent_calls=int(serving.max_concurrent_calls),
                handshake_timeout_s=float(serving.handshake_timeout_s),
@@ -106,7 +132,7 @@ class ServerLimits:
 
   def options(self) -> list[tuple[str, int]]:
     """The server's gRPC channel arguments."""
-    return [("grpc.max_receive_message_length", self.max_request_bytes),
+    return [("grpc.max_receive_message_length", self.max_part_bytes),
             ("grpc.max_send_message_length", self.max_reply_bytes),
             ("grpc.server_handshake_timeout_ms", int(self.handshake_timeout_s * 1000)),
             ("grpc.max_connection_idle_ms", int(self.idle_timeout_s * 1000)),
@@ -121,12 +147,19 @@ class ServerLimits:
 
 @dataclasses.dataclass(frozen=True)
 class Method:
-  """One unary method: `parse(request bytes) -> request`, `run(request) -> reply`.
+  """One method of the service. `parse` or `run` may raise `messages.BadRequest`
+  (INVALID_ARGUMENT, with its message).
 
-  Either may raise `messages.BadRequest` (INVALID_ARGUMENT, with its message)."""
+  Attributes:
+    parse: the request from what the caller sent: a unary method's bytes, or a streamed
+      method's parts (an iterator over each part's bytes, read to its end).
+    run: the reply to the parsed request.
+    streamed: whether the caller sends the request as a stream of parts.
+  """
 
-  parse: Callable[[bytes], Message]
+  parse: Callable[[Any], Message]
   run: Callable[[Message], Message]
+  streamed: bool = False
 
 
 def _target(host: str, port: int) -> str:
@@ -156,6 +189,33 @@ class _TokenCheck(grpc.ServerInterceptor):
 _Outcome = tuple[grpc.StatusCode | None, bytes | str]
 
 
+class _Parts:
+  """A request's parts as they arrive (one for a unary request), each one's bytes counted
+  against `max_bytes` (past it: `_TooLarge`, the rest never read) and hashed in order
+  (`digest`: each part's length, then its bytes)."""
+
+  def __init__(self, parts: Iterator[bytes], max_bytes: int):
+    self._parts = parts
+    self._max_bytes = max_bytes
+    self._bytes = 0
+    self._hash = hashlib.sha256()
+
+  def __iter__(self) -> Iterator[bytes]:
+    return self
+
+  def __next__(self) -> bytes:
+    part = next(self._parts)
+    self._bytes += len(part)
+    if self._bytes > self._max_bytes:
+      raise _TooLarge(f"the request's parts are more than {self._max_bytes} bytes")
+    self._hash.update(len(part).to_bytes(8, "little"))
+    self._hash.update(part)
+    return part
+
+  def digest(self) -> bytes:
+    return self._hash.digest()
+
+
 class RpcServer:
   """Serves `methods` of gRPC service `service` on (host, port); port 0 picks a free one."""
 
@@ -170,8 +230,7 @@ class RpcServer:
     self._lock = threading.Lock()
     self._outcomes: collections.OrderedDict[str, tuple[bytes, concurrent.futures.Future]] = (
         collections.OrderedDict())
-    handlers = {name: grpc.unary_unary_rpc_method_handler(
-        self._handler(name, method)) for name, method in methods.items()}
+    handlers = {name: self._handler(name, method) for name, method in methods.items()}
     self._server = grpc.server(
         concurrent.futures.ThreadPoolExecutor(limits.max_concurrent_calls,
                                               thread_name_prefix="rpc"),
@@ -193,23 +252,36 @@ class RpcServer:
   def address(self) -> tuple[str, int]:
     return self._address
 
-  def _handler(self, name: str, method: Method):
-    def handle(data: bytes, context: grpc.ServicerContext) -> bytes:
-      metadata = dict(context.invocation_metadata())
-      code, reply = self._once(metadata.get(REQUEST_ID_KEY), data, lambda: _run(method, data))
+  def _handler(self, name: str, method: Method) -> grpc.RpcMethodHandler:
+    def handle(request, context: grpc.ServicerContext) -> bytes:
+      request_id = dict(context.invocation_metadata()).get(REQUEST_ID_KEY)
+      parts = _Parts(request if method.streamed else iter((request,)),
+                     self._limits.max_request_bytes)
+      code, reply = self._answer(method, parts, request_id)
       if code is not None:
         context.abort(code, f"method {name!r}: {reply}")
       return reply
-    return handle
 
-  def _once(self, request_id: str | None, data: bytes, run: Callable[[], _Outcome]) -> _Outcome:
-    """`run()`'s outcome, run once per request id (module docstring)."""
-    if request_id is None:
-      return run()
-    if not 0 < len(request_id) <= MAX_REQUEST_ID_CHARS:
+    if method.streamed:
+      return grpc.stream_unary_rpc_method_handler(handle)
+    return grpc.unary_unary_rpc_method_handler(handle)
+
+  def _answer(self, method: Method, parts: _Parts, request_id: str | None) -> _Outcome:
+    """The outcome of a call: its request read, then run once per request id."""
+    if request_id is not None and not 0 < len(request_id) <= MAX_REQUEST_ID_CHARS:
       return (grpc.StatusCode.INVALID_ARGUMENT,
               f"bad request: {REQUEST_ID_KEY} must have 1 to {MAX_REQUEST_ID_CHARS} characters")
-    digest = hashlib.sha256(data).digest()
+    code, request = _outcome(lambda: method.parse(parts if method.streamed else next(parts)))
+    if code is not None:
+      return code, request
+
+    def run() -> _Outcome:
+      return _outcome(lambda: method.run(request).SerializeToString())
+
+    return run() if request_id is None else self._once(request_id, parts.digest(), run)
+
+  def _once(self, request_id: str, digest: bytes, run: Callable[[], _Outcome]) -> _Outcome:
+    """`run()`'s outcome, run once per request id (module docstring)."""
     with self._lock:
       kept = self._outcomes.get(request_id)
       owner = kept is None
@@ -236,13 +308,20 @@ class RpcServer:
     self._server.stop(grace=None).wait()
 
 
-def _run(method: Method, data: bytes) -> _Outcome:
+def _outcome(step: Callable[[], Any]) -> tuple[grpc.StatusCode | None, Any]:
+  """(None, step()), or the error status and message of the exception it raised."""
   try:
-    return None, method.run(method.parse(data)).SerializeToString()
+    return None, step()
   except BadRequest as e:
     return grpc.StatusCode.INVALID_ARGUMENT, f"bad request: {e}"
+  except _TooLarge as e:
+    return grpc.StatusCode.RESOURCE_EXHAUSTED, f"{e} (serving.max_request_mib)"
   except Exception as e:  # noqa: BLE001 (reported to the caller, never kills the server)
     return grpc.StatusCode.INTERNAL, f"failed: {type(e).__name__}: {e}"
+
+
+def _serialize(message: Message) -> bytes:
+  return message.SerializeToString()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,6 +333,8 @@ class ClientSettings:
       reconnecting, not a slow answer).
     call_timeout: seconds one attempt may wait for its answer (a whole sub-agent batch).
     max_reply_bytes: the largest reply accepted.
+    max_part_bytes: the largest part of a streamed request sent (the server's
+      `ServerLimits.max_part_bytes`).
     keepalive_s, keepalive_timeout_s: pings on an open connection, and how long an
       unanswered one may wait before the connection counts as dropped.
   """
@@ -261,6 +342,7 @@ class ClientSettings:
   deadline: float = 120.0
   call_timeout: float = 600.0
   max_reply_bytes: int = 256 << 20
+  max_part_bytes: int = 64 << 10
   keepalive_s: float = 60.0
   keepalive_timeout_s: float = 20.0
 
@@ -268,6 +350,7 @@ class ClientSettings:
   def from_config(cls, serving) -> ClientSettings:
     return cls(deadline=float(serving.deadline_s), call_timeout=float(serving.call_timeout_s),
                max_reply_bytes=int(serving.max_reply_mib) << 20,
+               max_part_bytes=int(serving.max_part_kib) << 10,
                keepalive_s=float(serving.keepalive_s),
                keepalive_timeout_s=float(serving.keepalive_timeout_s))
 
@@ -301,19 +384,24 @@ class RpcClient:
                      else grpc.secure_channel(target, tls.credentials(), options=options))
 
   def call(self, method: str, request: Message, reply_type: type[Message], *,
-           request_id: str | None = None) -> Message:
+           request_id: str | None = None,
+           parts: Callable[[Message, int], Iterable[Message]] | None = None) -> Message:
     """The reply to `request`; raises RpcError, RpcTimeoutError or
     ServiceUnavailableError. `request_id` (default: a fresh one) names the call for the
-    server across retries: callers that retry a call themselves pass the same id."""
+    server across retries: callers that retry a call themselves pass the same id. A
+    streamed method's request is sent as `parts(request, settings.max_part_bytes)`, built
+    afresh for each attempt."""
     host, port = self.address
-    stub = self._channel.unary_unary(f"/{self._service}/{method}",
-                                     request_serializer=type(request).SerializeToString,
-                                     response_deserializer=reply_type.FromString)
+    open_call = self._channel.unary_unary if parts is None else self._channel.stream_unary
+    stub = open_call(f"/{self._service}/{method}", request_serializer=_serialize,
+                     response_deserializer=reply_type.FromString)
     metadata = (*self._metadata, (REQUEST_ID_KEY, request_id or uuid.uuid4().hex))
 
     def attempt(_: float) -> Message:
       try:
-        return stub(request, timeout=self._settings.call_timeout, metadata=metadata)
+        return stub(request if parts is None
+                    else iter(parts(request, self._settings.max_part_bytes)),
+                    timeout=self._settings.call_timeout, metadata=metadata)
       except grpc.RpcError as e:
         code, details = e.code(), e.details()
         if code == grpc.StatusCode.UNAVAILABLE or (

@@ -3,6 +3,7 @@
 Methods (`proto/sub_agent.proto`, service `SubAgent`):
   RunSubtasks {step, seed, version, batch, tasks} -> {status OK, version, results}
                                                    | {status NOT_READY, version: current}
+    The request travels as a stream of small parts (`request_parts`).
     Runs S's lockstep loop (`agents.InProcessSubAgentClient`, one S policy call per S
     round for the whole batch: concurrent delegations of one M round share sampler
     calls) with S's weights of EXACTLY version `version`. A version newer than the
@@ -16,7 +17,8 @@ Methods (`proto/sub_agent.proto`, service `SubAgent`):
 
 Every request is checked on arrival, and a refused one (`messages.BadRequest`: the
 caller gets INVALID_ARGUMENT with the reason) runs nothing and stores nothing
-(`RequestGate`): its bytes against the schema with at most B*K tasks (`parse`), then a
+(`RequestGate`): its parts' bytes against the schema, at most B*K tasks, the header in
+the first part, each task's strings within their lengths (`assemble`), then a
 step outside the run, a version other than the one the step must use
 (max(0, step - staleness)), a batch index or seed out of range, a query id not among
 the run's questions, a rollout or call index out of range, a call twice in one batch,
@@ -36,7 +38,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import threading
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable
 from typing import Any, Protocol
 
 from flax import nnx
@@ -48,8 +50,8 @@ from mgrpo_jax.agents.sub_client import (
   SubAgentResult,
   SubTaskRequest,
 )
-from mgrpo_jax.serving import messages
-from mgrpo_jax.serving.messages import TASK_FIELDS, TASKS_FIELD, BadRequest
+from mgrpo_jax.serving import messages, request_parts
+from mgrpo_jax.serving.messages import TASK_FIELDS, BadRequest
 from mgrpo_jax.serving.proto import sub_agent_pb2 as pb
 from mgrpo_jax.serving.rpc import Method, RpcServer, ServerLimits
 from mgrpo_jax.serving.tls import ServerTls
@@ -135,15 +137,25 @@ class RequestGate:
             TASK_FIELDS["subtask"]: 4 * self.max_chars,
             TASK_FIELDS["context"]: 4 * self.max_chars}
 
-  def parse(self, data: bytes) -> pb.RunSubtasksRequest:
-    """A `RunSubtasks` request's bytes, checked against the schema, the task limit and the
-    strings' lengths before anything is built (`wire_check`)."""
-    return messages.parse_request(data, pb.RunSubtasksRequest, {TASKS_FIELD: self.max_tasks},
-                                  self._string_bytes)
+  def assemble(self, parts: Iterable[bytes]) -> pb.RunSubtasksRequest:
+    """A `RunSubtasks` request from its parts' bytes, each checked against the schema and
+    the strings' lengths before it is parsed, at most `max_tasks` tasks
+    (`request_parts.assemble`)."""
+    return request_parts.assemble(parts, self.max_tasks, self._string_bytes)
 
-  def refusal(self, request: pb.RunSubtasksRequest, tasks: Sequence[SubTaskRequest]
-              ) -> str | None:
-    """Why the service refuses this batch (None: it serves it)."""
+  @functools.cached_property
+  def largest_part_bytes(self) -> int:
+    """The largest part a request the service serves needs: one task of the longest query
+    id and two strings of `max_chars` four-byte characters."""
+    text = "\U0001f600" * self.max_chars
+    return pb.RunSubtasksPart(tasks=[pb.SubTask(
+        query_id=max(self.query_ids, key=lambda q: len(q.encode())),
+        rollout_index=self.rollouts_per_query - 1, call_index=self.max_sub_calls - 1,
+        subtask=text, context=text)]).ByteSize()
+
+  def refusal(self, request: pb.RunSubtasksRequest) -> str | None:
+    """Why the service refuses this batch (None: it serves it). Reads one task at a time:
+    a refused request is never held twice, as protobuf and as Python strings."""
     step, version = request.step, request.version
     if not 0 <= step < self.num_steps:
       return f"step {step} is not a step of this run (0..{self.num_steps - 1})"
@@ -154,10 +166,10 @@ class RequestGate:
       return f"batch {request.batch} is outside [0, {self.max_batches}) (M's turns)"
     if not 0 <= request.seed < SEED_RANGE:
       return f"seed {request.seed} is outside [0, 2**32)"
-    if not 0 < len(tasks) <= self.max_tasks:
-      return f"{len(tasks)} tasks: a batch holds 1 to {self.max_tasks}"
+    if not 0 < len(request.tasks) <= self.max_tasks:
+      return f"{len(request.tasks)} tasks: a batch holds 1 to {self.max_tasks}"
     seen = set()
-    for t in tasks:
+    for t in map(messages.task_from_proto, request.tasks):
       if t.query_id not in self.query_ids:
         return f"query {t.query_id[:200]!r} is not a question of this run"
       if not 0 <= t.rollout_index < self.rollouts_per_query:
@@ -216,10 +228,10 @@ class SubAgentService:
     self._lock = threading.Lock()
 
   def run_subtasks(self, request: pb.RunSubtasksRequest) -> pb.RunSubtasksReply:
-    tasks = [messages.task_from_proto(t) for t in request.tasks]
-    refusal = self._gate.refusal(request, tasks)
+    refusal = self._gate.refusal(request)
     if refusal is not None:
       raise BadRequest(f"refused: {refusal}")
+    tasks = [messages.task_from_proto(t) for t in request.tasks]
     step, version = request.step, request.version
     with self._lock:
       current = self._versions.current
@@ -266,9 +278,13 @@ class SubAgentService:
   def server(self, *, host: str, port: int, token: str | None,
              limits: ServerLimits = ServerLimits(), tls: ServerTls | None = None
              ) -> RpcServer:
-    """An (unstarted) `RpcServer` of the `SubAgent` service."""
+    """An (unstarted) `RpcServer` of the `SubAgent` service; a `ValueError` if a part of
+    `limits.max_part_bytes` cannot hold every delegation the gate serves."""
+    if limits.max_part_bytes < self._gate.largest_part_bytes:
+      raise ValueError(f"serving.max_part_kib: a part of {limits.max_part_bytes} bytes cannot "
+                       f"hold a delegation of up to {self._gate.largest_part_bytes} bytes")
     return RpcServer(messages.SERVICE, {
-        "RunSubtasks": Method(self._gate.parse, self.run_subtasks),
+        "RunSubtasks": Method(self._gate.assemble, self.run_subtasks, streamed=True),
         "Status": Method(lambda data: messages.parse_request(data, pb.StatusRequest, {}),
                          self.status)}, host=host, port=port, token=token, limits=limits,
         tls=tls)

@@ -1,7 +1,7 @@
 """The gRPC layer under faults, through its public client and server over real sockets.
 
 A server in another process that answers slowly; connections cut mid-call by a TCP
-relay; a full call cap; idle and silent connections; non-ASCII tokens; TLS with and
+relay (the streamed request sent again); a full call cap; idle and silent connections; non-ASCII tokens; TLS with and
 without client certificates; a server asked to listen on a public address without a
 token or TLS. docs/RELIABILITY.md lists each case.
 """
@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from mgrpo_jax.serving import messages
+from mgrpo_jax.serving import messages, request_parts
 from mgrpo_jax.serving.proto import sub_agent_pb2 as pb
 from mgrpo_jax.serving.rpc import (
   ClientSettings,
@@ -45,6 +45,18 @@ def _method(run) -> dict[str, Method]:
 
 def _status(client: RpcClient, **kwargs) -> int:
   return client.call("Status", STATUS, pb.StatusReply, **kwargs).version
+
+
+def _streamed(run, max_tasks: int = 1) -> dict[str, Method]:
+  """A streamed `RunSubtasks` method that runs `run(request) -> version`."""
+  return {"RunSubtasks": Method(lambda parts: request_parts.assemble(parts, max_tasks),
+                                lambda request: pb.RunSubtasksReply(version=run(request)),
+                                streamed=True)}
+
+
+def _run(client: RpcClient, request: pb.RunSubtasksRequest, **kwargs) -> int:
+  return client.call("RunSubtasks", request, pb.RunSubtasksReply, parts=request_parts.parts,
+                     **kwargs).version
 
 
 class _Relay:
@@ -113,13 +125,14 @@ def test_a_retried_call_still_running_is_answered_by_that_run():
     time.sleep(1.0)
     return len(runs)
 
-  server = RpcServer(SERVICE, _method(slow)).start()
+  server = RpcServer(SERVICE, _streamed(slow)).start()
   relay = _Relay(server.address)
   try:
     client = RpcClient(SERVICE, relay.address,
                        settings=ClientSettings(deadline=20, call_timeout=20))
     result = {}
-    caller = threading.Thread(target=lambda: result.update(version=_status(client)))
+    request = pb.RunSubtasksRequest(step=3, tasks=[pb.SubTask(subtask="x")])
+    caller = threading.Thread(target=lambda: result.update(version=_run(client, request)))
     caller.start()
     assert started.wait(10)
     relay.cut()  # the connection drops while the server runs the call; the client retries
@@ -133,24 +146,30 @@ def test_a_retried_call_still_running_is_answered_by_that_run():
 
 def test_the_same_request_id_is_run_once_and_never_for_another_request():
   runs = []
-  server = RpcServer(SERVICE, _method(lambda request: runs.append(1) or len(runs))).start()
+  count = lambda request: runs.append(1) or len(runs)  # noqa: E731
+  server = RpcServer(SERVICE, {**_method(count), **_streamed(count)}).start()
   try:
     client = RpcClient(SERVICE, server.address)
-    assert _status(client, request_id="a") == 1
-    assert _status(RpcClient(SERVICE, server.address), request_id="a") == 1
-    assert _status(client) == 2  # a fresh id runs again
+    request = pb.RunSubtasksRequest(step=1, tasks=[pb.SubTask(subtask="x")])
+    assert _run(client, request, request_id="a") == 1
+    assert _run(RpcClient(SERVICE, server.address), request, request_id="a") == 1
+    assert _status(client, request_id="b") == 2
+    assert _status(client, request_id="b") == 2
+    assert _status(client) == 3  # a fresh id runs again
     with pytest.raises(RpcError, match="request id 'a' was used for another request"):
-      client.call("Status", pb.RunSubtasksRequest(step=1), pb.StatusReply, request_id="a")
+      _run(client, pb.RunSubtasksRequest(step=2, tasks=request.tasks), request_id="a")
+    with pytest.raises(RpcError, match="request id 'b' was used for another request"):
+      _run(client, request, request_id="b")
     with pytest.raises(RpcError, match="must have 1 to 128 characters"):
       _status(client, request_id="x" * 129)
-    assert runs == [1, 1]
+    assert runs == [1, 1, 1]
   finally:
     server.stop()
 
 
 _SLOW_SERVER = textwrap.dedent("""
     import sys, time
-    from mgrpo_jax.serving import messages
+    from mgrpo_jax.serving import messages, request_parts
     from mgrpo_jax.serving.proto import sub_agent_pb2 as pb
     from mgrpo_jax.serving.rpc import Method, RpcServer
 
@@ -159,9 +178,9 @@ _SLOW_SERVER = textwrap.dedent("""
         time.sleep(30)
       return pb.RunSubtasksReply()
 
-    parse = lambda data: messages.parse_request(data, pb.RunSubtasksRequest,
-                                                {messages.TASKS_FIELD: 1})
-    server = RpcServer(messages.SERVICE, {"RunSubtasks": Method(parse, run)}).start()
+    parse = lambda parts: request_parts.assemble(parts, 1)
+    server = RpcServer(messages.SERVICE, {"RunSubtasks": Method(parse, run, streamed=True)}
+                       ).start()
     print(server.address[1], flush=True)
     sys.stdin.read()
 """)
@@ -174,11 +193,11 @@ def test_a_slow_answer_is_a_timeout_not_an_unreachable_service():
     port = int(process.stdout.readline())
     client = RpcClient(SERVICE, ("127.0.0.1", port),
                        settings=ClientSettings(deadline=30, call_timeout=0.5))
-    client.call("RunSubtasks", pb.RunSubtasksRequest(), pb.RunSubtasksReply)
+    _run(client, pb.RunSubtasksRequest())
     start = time.monotonic()
     with pytest.raises(RpcTimeoutError, match=r"'RunSubtasks': no answer within 0\.5s "
                                               r"\(serving\.call_timeout_s\)"):
-      client.call("RunSubtasks", pb.RunSubtasksRequest(step=1), pb.RunSubtasksReply)
+      _run(client, pb.RunSubtasksRequest(step=1))
     assert time.monotonic() - start < 5  # not retried until the 30 s deadline
   finally:
     process.kill()
@@ -193,22 +212,19 @@ def test_calls_over_the_cap_are_told_busy_and_retried():
       release.wait(30)
     return 1
 
-  methods = {"RunSubtasks": Method(
-      lambda data: messages.parse_request(data, pb.RunSubtasksRequest,
-                                          {messages.TASKS_FIELD: 1}),
-      lambda request: pb.RunSubtasksReply(version=run(request)))}
-  server = RpcServer(SERVICE, methods, limits=ServerLimits(max_concurrent_calls=1)).start()
-  holder = threading.Thread(target=lambda: RpcClient(SERVICE, server.address).call(
-      "RunSubtasks", pb.RunSubtasksRequest(version=1), pb.RunSubtasksReply))
+  server = RpcServer(SERVICE, _streamed(run),
+                     limits=ServerLimits(max_concurrent_calls=1)).start()
+  holder = threading.Thread(target=lambda: _run(RpcClient(SERVICE, server.address),
+                                                pb.RunSubtasksRequest(version=1)))
   holder.start()
   try:
     time.sleep(0.5)
     with pytest.raises(ServiceUnavailableError, match="Concurrent RPC limit exceeded"):
-      RpcClient(SERVICE, server.address, settings=ClientSettings(deadline=1)).call(
-          "RunSubtasks", pb.RunSubtasksRequest(), pb.RunSubtasksReply)
+      _run(RpcClient(SERVICE, server.address, settings=ClientSettings(deadline=1)),
+           pb.RunSubtasksRequest())
     client = RpcClient(SERVICE, server.address, settings=ClientSettings(deadline=20))
     threading.Timer(0.5, release.set).start()  # the slot frees up while the client retries
-    assert client.call("RunSubtasks", pb.RunSubtasksRequest(), pb.RunSubtasksReply).version == 1
+    assert _run(client, pb.RunSubtasksRequest(tasks=[pb.SubTask(subtask="x")])) == 1
   finally:
     release.set()
     holder.join(10)

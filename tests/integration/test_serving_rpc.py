@@ -1,4 +1,5 @@
-"""The gRPC layer between the slices: typed round trips, the token, errors, retries."""
+"""The gRPC layer between the slices: typed round trips (a streamed request and a unary
+one), the token checked before any part is read, errors, request ids, retries."""
 
 import socket
 import threading
@@ -7,8 +8,8 @@ import time
 import numpy as np
 import pytest
 
-from mgrpo_jax.serving import messages
-from mgrpo_jax.serving.messages import TASKS_FIELD, BadRequest
+from mgrpo_jax.serving import messages, request_parts
+from mgrpo_jax.serving.messages import BadRequest
 from mgrpo_jax.serving.proto import sub_agent_pb2 as pb
 from mgrpo_jax.serving.rpc import (
   ClientSettings,
@@ -28,10 +29,6 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def _parse(data: bytes) -> pb.RunSubtasksRequest:
-  return messages.parse_request(data, pb.RunSubtasksRequest, {TASKS_FIELD: 64})
-
-
 def status(version: int) -> dict[str, Method]:
   """A `Status` method answering `version`."""
   return {"Status": Method(lambda data: messages.parse_request(data, pb.StatusRequest, {}),
@@ -40,7 +37,10 @@ def status(version: int) -> dict[str, Method]:
 
 @pytest.fixture
 def server():
-  calls = []
+  calls, read = [], []
+
+  def assemble(parts):
+    return request_parts.assemble((read.append(part) or part for part in parts), 64)
 
   def echo(request):
     calls.append(request)
@@ -53,8 +53,9 @@ def server():
                      trajectory=pb.Trajectory(ids=[task.call_index] * 3))
         for task in request.tasks])
 
-  srv = RpcServer(SERVICE, {"RunSubtasks": Method(_parse, echo)}, token="s3cret").start()
-  yield srv, calls
+  srv = RpcServer(SERVICE, {"RunSubtasks": Method(assemble, echo, streamed=True)},
+                  token="s3cret").start()
+  yield srv, calls, read
   srv.stop()
 
 
@@ -64,38 +65,67 @@ def _request(step: int = 0, subtask: str = "héllo <tool_call>") -> pb.RunSubtas
                  context="ctx") for i in range(3)])
 
 
+def _run(client: RpcClient, request: pb.RunSubtasksRequest, **kwargs) -> pb.RunSubtasksReply:
+  return client.call("RunSubtasks", request, pb.RunSubtasksReply, parts=request_parts.parts,
+                     **kwargs)
+
+
 def test_typed_round_trip_reuses_the_connection(server):
-  srv, calls = server
+  srv, calls, read = server
   client = RpcClient(SERVICE, srv.address, token="s3cret")
-  reply = client.call("RunSubtasks", _request(), pb.RunSubtasksReply)
+  reply = _run(client, _request())
   assert reply.version == 1 and [r.report for r in reply.results] == ["héllo <tool_call>"] * 3
   assert [list(r.trajectory.ids) for r in reply.results] == [[0] * 3, [1] * 3, [2] * 3]
-  assert calls == [_request()]
-  assert client.call("RunSubtasks", _request(), pb.RunSubtasksReply).version == 2
+  assert calls == [_request()] and len(read) == 1  # a small batch is one part
+  small_parts = RpcClient(SERVICE, srv.address, token="s3cret",
+                          settings=ClientSettings(max_part_bytes=64))
+  assert _run(small_parts, _request()).results == reply.results
+  assert calls[1] == _request() and len(read) == 1 + 3  # each part one task (and the header)
   client.close()
 
 
-def test_wrong_or_missing_token_is_refused(server):
-  srv, calls = server
+def test_wrong_or_missing_token_is_refused_before_any_part_is_read(server):
+  srv, calls, read = server
   for token in ("nope", None, "s3cret\0"):
     with pytest.raises(RpcError, match="UNAUTHENTICATED: unauthorized"):
-      RpcClient(SERVICE, srv.address, token=token).call("RunSubtasks", _request(),
-                                                          pb.RunSubtasksReply)
-  assert calls == []
+      _run(RpcClient(SERVICE, srv.address, token=token), _request())
+  assert calls == [] and read == []
 
 
 def test_bad_requests_handler_errors_and_unknown_methods_are_reported_not_fatal(server):
-  srv, calls = server
+  srv, calls, _ = server
   client = RpcClient(SERVICE, srv.address, token="s3cret")
   with pytest.raises(RpcError, match=r"INVALID_ARGUMENT: method 'RunSubtasks': bad request: "
                                      r"step 13 is unlucky"):
-    client.call("RunSubtasks", _request(step=13), pb.RunSubtasksReply)
+    _run(client, _request(step=13))
   with pytest.raises(RpcError, match=r"INTERNAL: method 'RunSubtasks': failed: ValueError: "
                                      r"bad subtask"):
-    client.call("RunSubtasks", _request(step=7), pb.RunSubtasksReply)
+    _run(client, _request(step=7))
   with pytest.raises(RpcError, match="UNIMPLEMENTED"):
     client.call("Nope", _request(), pb.RunSubtasksReply)
-  assert client.call("RunSubtasks", _request(), pb.RunSubtasksReply).version == 3
+  with pytest.raises(RpcError, match=r"INVALID_ARGUMENT: .*part 0: the header comes in the "
+                                     "first part"):  # a unary request to a streamed method
+    client.call("RunSubtasks", pb.RunSubtasksPart(tasks=[pb.SubTask()]), pb.RunSubtasksReply)
+  assert _run(client, _request()).version == 3
+
+
+def test_a_request_id_runs_once_and_never_for_other_parts(server):
+  """A retry of a finished call gets its kept reply without a second run; the same id
+  with other parts (another header, another task, a task fewer) is refused."""
+  srv, calls, _ = server
+  client = RpcClient(SERVICE, srv.address, token="s3cret")
+  with pytest.raises(RpcError, match="INVALID_ARGUMENT: .*step 13 is unlucky"):
+    _run(client, _request(step=13), request_id="b")
+  first = _run(client, _request(), request_id="a")
+  assert _run(client, _request(), request_id="a") == first
+  assert len(calls) == 2  # step 13's call and the first "a"
+  for other in (_request(step=1), _request(subtask="other"),
+                pb.RunSubtasksRequest(tasks=_request().tasks[:2])):
+    with pytest.raises(RpcError, match="INVALID_ARGUMENT: .*request id 'a' was used for "
+                                       "another request"):
+      _run(client, other, request_id="a")
+  assert len(calls) == 2
+  assert _run(client, _request(step=2), request_id="c").version == 3
 
 
 def test_token_ids_travel_packed_and_exact():

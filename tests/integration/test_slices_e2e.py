@@ -31,7 +31,7 @@ import pytest
 
 from mgrpo_jax.metrics.machine import label as machine_label
 from mgrpo_jax.metrics.writer import read_metrics
-from mgrpo_jax.serving import messages
+from mgrpo_jax.serving import messages, request_parts
 from mgrpo_jax.serving.address import decode_address
 from mgrpo_jax.serving.proto import sub_agent_pb2 as pb
 from mgrpo_jax.serving.rpc import RpcClient, RpcError
@@ -150,13 +150,13 @@ def test_both_slices_in_one_process_equal_the_two_process_run(reference, tmp_pat
   assert _same_outcomes(reference[0], workdir)
 
 
-def _raw_call(address, data: bytes) -> grpc.StatusCode:
-  """The status of a RunSubtasks call carrying `data` as its bytes."""
+def _raw_call(address, parts) -> grpc.StatusCode:
+  """The status of a RunSubtasks call streaming `parts` (bytes) as its parts."""
   with grpc.insecure_channel(f"{address[0]}:{address[1]}", options=[
       ("grpc.max_send_message_length", -1)]) as channel:
-    call = channel.unary_unary(f"/{messages.SERVICE}/RunSubtasks", request_serializer=None)
+    call = channel.stream_unary(f"/{messages.SERVICE}/RunSubtasks", request_serializer=None)
     try:
-      call(data, timeout=60)
+      call(iter(parts), timeout=60)
     except grpc.RpcError as e:
       return e.code()
   return grpc.StatusCode.OK
@@ -179,26 +179,30 @@ def _attack(workdir, reference_workdir, report: dict) -> None:
   def task(**fields):
     return pb.SubTask(**{"query_id": query, "subtask": "Find the boss of x.", **fields})
 
+  def parts(request: pb.RunSubtasksRequest) -> list[bytes]:
+    return [part.SerializeToString() for part in request_parts.parts(request, 64 << 10)]
+
+  announce = pb.RunSubtasksPart(header=pb.RunSubtasksHeader(num_tasks=1 << 19))
   attacks = {
-      "wrong types": b"\x0a\x01x" + b"\x2a\x02\x12\x00",
-      "out-of-range rollout": pb.RunSubtasksRequest(tasks=[task(rollout_index=3)]),
-      "out-of-range call": pb.RunSubtasksRequest(tasks=[task(call_index=4)]),
-      "unknown query": pb.RunSubtasksRequest(tasks=[task(query_id="nope")]),
-      "64 MiB body": b"\x2a\x00" * (32 << 20),
-      "1 MiB of empty tasks": b"\x2a\x00" * (1 << 19),
+      "wrong types": [b"\x0a\x03\x0a\x01x", b"\x12\x02\x12\x00"],
+      "out-of-range rollout": parts(pb.RunSubtasksRequest(tasks=[task(rollout_index=3)])),
+      "out-of-range call": parts(pb.RunSubtasksRequest(tasks=[task(call_index=4)])),
+      "unknown query": parts(pb.RunSubtasksRequest(tasks=[task(query_id="nope")])),
+      "64 MiB part": [b"\x12\x00" * (32 << 20)],
+      "1 MiB of empty tasks": [announce.SerializeToString()] + [b"\x12\x00"] * (1 << 19),
   }
   for kind, request in attacks.items():
-    data = request if isinstance(request, bytes) else request.SerializeToString()
-    report[kind] = (_raw_call(address, data), client.call(
+    report[kind] = (_raw_call(address, request), client.call(
         "Status", pb.StatusRequest(), pb.StatusReply).version >= 0)
   never_made = pb.RunSubtasksRequest(step=2, version=2, seed=5, tasks=[task(call_index=3)])
-  while (reply := client.call("RunSubtasks", never_made, pb.RunSubtasksReply)).status:
+  while (reply := client.call("RunSubtasks", never_made, pb.RunSubtasksReply,
+                              parts=request_parts.parts)).status:
     time.sleep(0.1)  # NOT_READY until S has trained step 1
   report["never made"] = reply.results[0].task.query_id
   other = pb.RunSubtasksRequest(step=2, version=2, seed=5,
                                 tasks=[task(call_index=3, subtask="Something else.")])
   try:
-    client.call("RunSubtasks", other, pb.RunSubtasksReply)
+    client.call("RunSubtasks", other, pb.RunSubtasksReply, parts=request_parts.parts)
   except RpcError as e:
     report["duplicate with other content"] = str(e)
 
@@ -217,7 +221,7 @@ def test_hostile_calls_during_a_run_change_nothing_it_trains(reference, tmp_path
   attacker.join(60)
   assert result.returncode == 0, result.stdout[-4000:]
   invalid, too_large = grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED
-  assert report.pop("64 MiB body") == (too_large, True)
+  assert report.pop("64 MiB part") == (too_large, True)
   assert report.pop("never made") and "stored with another sub-task" in report.pop(
       "duplicate with other content")
   assert report == {kind: (invalid, True) for kind in (

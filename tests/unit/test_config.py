@@ -211,6 +211,19 @@ def test_nan_and_inf_are_rejected_naming_the_key(key, value, message):
     validate(config)
 
 
+@pytest.mark.parametrize("value", [8, 2048])
+def test_the_service_part_limit_holds_a_delegation_and_stays_under_the_request_limit(value):
+  """serving.max_part_kib: at least 16 (a delegation's two strings take up to 8 KiB), at
+  most 1024 (the smallest serving.max_request_mib)."""
+  config = base_config()
+  apply_overrides(config, {"serving.max_part_kib": value})
+  with pytest.raises(ConfigError, match=r"'serving\.max_part_kib': expected a int in "
+                                        r"\[16, 1024\], got " + str(value)):
+    validate(config)
+  apply_overrides(config, {"serving.max_part_kib": 16})
+  validate(config)
+
+
 @pytest.mark.parametrize("overrides,message", [
     ({"main.sampling.max_new_tokens": 2048},
      r"'main\.sampling\.max_new_tokens': must be < main\.limits\.max_context = 1024"),

@@ -1,6 +1,9 @@
 """The service's schema and messages: the committed generated module matches the .proto;
 records cross the wire bitwise (so their digests agree on both sides); a request is
-checked against the schema before it is parsed (hypothesis over messages and bytes)."""
+checked against the schema before it is parsed (hypothesis over messages and bytes); a
+`RunSubtasks` request travels as parts within their size and is assembled back
+unchanged, and a stream of parts out of order, cut short or over its announced count is
+a bad request."""
 
 from __future__ import annotations
 
@@ -17,8 +20,8 @@ from hypothesis import strategies as st
 
 from mgrpo_jax.agents.records import SubRecord, ToolCall, Trajectory
 from mgrpo_jax.agents.sub_client import SubAgentResult, SubTaskRequest
-from mgrpo_jax.serving import messages
-from mgrpo_jax.serving.messages import TASKS_FIELD, BadRequest
+from mgrpo_jax.serving import messages, request_parts
+from mgrpo_jax.serving.messages import BadRequest
 from mgrpo_jax.serving.proto import sub_agent_pb2 as pb
 from mgrpo_jax.serving.wire_check import WireError, check_wire
 
@@ -43,7 +46,9 @@ def test_the_generated_module_matches_the_proto_file(tmp_path):
   _without_json_names(list(compiled.message_type))
   committed = descriptor_pb2.FileDescriptorProto.FromString(pb.DESCRIPTOR.serialized_pb)
   assert committed == compiled
-  assert len(committed.message_type) == 9 and committed.service[0].name == "SubAgent"
+  assert len(committed.message_type) == 11 and committed.service[0].name == "SubAgent"
+  (run_subtasks, _) = committed.service[0].method
+  assert run_subtasks.client_streaming and run_subtasks.input_type.endswith("RunSubtasksPart")
 
 
 _TEXT = st.text(max_size=12)
@@ -107,6 +112,7 @@ def test_a_digest_changes_with_any_content_but_clock_readings():
       ).digest()
 
 
+TASKS_FIELD = pb.RunSubtasksRequest.DESCRIPTOR.fields_by_name["tasks"].full_name
 _LIMITS = {TASKS_FIELD: 4}
 _TASKS = st.lists(st.builds(pb.SubTask, query_id=_TEXT,
                             rollout_index=st.integers(-2**31, 2**31 - 1),
@@ -167,3 +173,86 @@ def test_a_repeated_field_needs_a_limit_and_parse_errors_are_bad_requests():
     messages.parse_request(b"\x2a\x02\x22\x01\xff", pb.RunSubtasksRequest, _LIMITS)
   with pytest.raises(DecodeError):  # what parse_request turns into a BadRequest
     pb.RunSubtasksRequest.FromString(b"\x2a\x03\x22\x01\xff")
+
+
+_REQUESTS = st.builds(pb.RunSubtasksRequest, step=st.integers(-2**63, 2**63 - 1),
+                      seed=st.integers(-2**63, 2**63 - 1),
+                      version=st.integers(-2**63, 2**63 - 1),
+                      batch=st.integers(-2**63, 2**63 - 1), tasks=_TASKS)
+
+
+def _wire(request: pb.RunSubtasksRequest, max_part_bytes: int = 64 << 10) -> list[bytes]:
+  return [part.SerializeToString() for part in request_parts.parts(request, max_part_bytes)]
+
+
+@given(_REQUESTS, st.integers(1, 120))
+def test_every_request_round_trips_through_its_parts(request, max_part_bytes):
+  """Each part within the limit unless it holds one task or the header alone; the header
+  announces the tasks; assembled, the parts are the request."""
+  data = _wire(request, max_part_bytes)
+  parts = [pb.RunSubtasksPart.FromString(d) for d in data]
+  assert parts[0].header.num_tasks == len(request.tasks)
+  assert [t for p in parts for t in p.tasks] == list(request.tasks)
+  for part, size in zip(parts, map(len, data), strict=True):
+    assert size <= max_part_bytes or len(part.tasks) + part.HasField("header") == 1
+  assert request_parts.assemble(iter(data), 4) == request
+  assert request_parts.assemble(data, len(request.tasks)) == request  # exactly at the limit
+  assert len(_wire(request)) == 1  # a small batch is one part
+
+
+@given(st.lists(st.binary(max_size=24), max_size=6))
+def test_any_parts_are_a_checked_request_or_a_bad_request(data):
+  try:
+    request = request_parts.assemble(data, 4)
+  except BadRequest:
+    return
+  parts = [pb.RunSubtasksPart.FromString(d) for d in data]
+  assert len(request.tasks) == parts[0].header.num_tasks <= 4
+  assert list(request.tasks) == [t for p in parts for t in p.tasks]
+
+
+def _header(num_tasks: int, *tasks: pb.SubTask) -> bytes:
+  return pb.RunSubtasksPart(header=pb.RunSubtasksHeader(step=1, num_tasks=num_tasks),
+                            tasks=tasks).SerializeToString()
+
+
+_X = pb.SubTask(query_id="q", subtask="x")
+_TASK = pb.RunSubtasksPart(tasks=[_X]).SerializeToString()
+
+
+@pytest.mark.parametrize("data,problem", [
+    ([], "no parts: a request starts with its header"),
+    ([_TASK, _header(1)], "part 0: the header comes in the first part, and only there"),
+    ([b""], "part 0: the header comes in the first part"),
+    ([_header(1), _header(1), _TASK], "part 1: the header comes in the first part"),
+    ([_header(1), _header(0, _X)], "part 1: the header comes in the first part"),
+    ([_header(1), b"", _TASK], "part 1 is empty"),
+    ([_header(5)], "the header announces 5 tasks: a request holds 0 to 4"),
+    ([_header(-1)], "the header announces -1 tasks"),
+    ([_header(4, *[_X] * 5)], "more than 4 entries"),
+    ([_header(2), _TASK], "ended after 1 of the 2 tasks its header announced"),
+    ([_header(1, _X)] + [b""], "part 1 is empty"),
+    ([_header(1), _TASK, _TASK], "part 2: more tasks than the 1 the header announced"),
+    ([_header(2, _X, _X), _TASK], "part 1: more tasks than the 2"),
+    ([_header(1), b"\x12\x02\x22\x01"], "malformed RunSubtasksPart: .*truncated"),
+    ([_header(1), b"\x12\x04\x10\x01\x10\x02"], "a singular field sent 2 times"),
+    ([_header(1), b"\x12\x03\x22\x01\xff"], "malformed RunSubtasksPart"),  # not UTF-8
+    ([_header(1, pb.SubTask(subtask="abcd"))], "SubTask.subtask: 4 bytes, more than 3"),
+])
+def test_a_stream_of_parts_out_of_order_or_miscounted_is_a_bad_request(data, problem):
+  with pytest.raises(BadRequest, match=problem):
+    request_parts.assemble(data, 4, {messages.TASK_FIELDS["subtask"]: 3})
+
+
+def test_assembly_stops_reading_at_the_first_bad_part():
+  consumed = []
+
+  def endless():
+    yield _header(4)
+    while True:
+      consumed.append(1)
+      yield _TASK
+
+  with pytest.raises(BadRequest, match="part 5: more tasks than the 4"):
+    request_parts.assemble(endless(), 4)
+  assert len(consumed) == 5

@@ -1,10 +1,12 @@
-"""The sub-agent service's handler (called directly, no socket) and the shared-policy batch.
+"""The sub-agent service's handler (called directly, then once over loopback gRPC) and the
+shared-policy batch.
 
 The service answers NOT_READY for a version it has not published, serves a published
 version with exactly those weights, stores every record (in a real `SubStepCache`)
 before replying, answers a stored call from the store and never replaces it, and
-refuses what it did not hand out with nothing run or stored. In shared_policy the one update sees M's and
-S's rows: dropping S's rows changes the updated weights.
+refuses what it did not hand out with nothing run or stored; over gRPC a batch arrives
+as parts, and a stream over the size limits stores nothing. In shared_policy the one
+update sees M's and S's rows: dropping S's rows changes the updated weights.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+import grpc
 import jax
 import numpy as np
 import pytest
@@ -28,9 +31,11 @@ from mgrpo_jax.agents import (
 )
 from mgrpo_jax.models import get_config, init_model
 from mgrpo_jax.sampling import Sampler
-from mgrpo_jax.serving import messages
+from mgrpo_jax.serving import messages, request_parts
 from mgrpo_jax.serving.messages import BadRequest
 from mgrpo_jax.serving.proto import sub_agent_pb2 as pb
+from mgrpo_jax.serving.remote_client import RemoteSubAgentClient
+from mgrpo_jax.serving.rpc import ServerLimits
 from mgrpo_jax.serving.sub_service import RequestGate, SubAgentService, WeightVersions
 from mgrpo_jax.slices import step_math
 from mgrpo_jax.slices.step_cache import SubStepCache
@@ -197,19 +202,82 @@ def test_a_blank_sub_task_that_m_may_write_is_served(env, tmp_path):
   assert [r.task.subtask for r in reply.results] == ["  "] and reply.results[0].report
 
 
-def test_the_gate_parses_at_most_max_tasks_before_building_anything(env):
+def _wire(request: pb.RunSubtasksRequest, max_part_bytes: int = 64 << 10) -> list[bytes]:
+  return [part.SerializeToString() for part in request_parts.parts(request, max_part_bytes)]
+
+
+def test_the_gate_assembles_at_most_max_tasks_before_building_anything(env):
   _, qs, _, _ = env
   gate = _gate(qs)
   request = _request(1, 0, [_task(qs[0], k % 2, k // 2) for k in range(4)])
-  assert gate.parse(request.SerializeToString()) == request
-  with pytest.raises(BadRequest, match="more than 4 entries"):
-    gate.parse(b"\x2a\x00" * 1_000_000)
+  assert gate.assemble(_wire(request)) == request
+  empty_task = pb.RunSubtasksPart(tasks=[pb.SubTask()]).SerializeToString()
+  announce = pb.RunSubtasksPart(header=pb.RunSubtasksHeader(num_tasks=1_000_000))
+  with pytest.raises(BadRequest, match="the header announces 1000000 tasks: a request holds "
+                                       "0 to 4"):
+    gate.assemble([announce.SerializeToString()])
+  with pytest.raises(BadRequest, match="RunSubtasksPart.tasks: more than 4 entries"):
+    gate.assemble(_wire(_request(1, 0, [pb.SubTask()] * 1_000_000)))  # 32,000 in a part
+  with pytest.raises(BadRequest, match="part 1: more tasks than the 4"):
+    gate.assemble(_wire(request) + [empty_task] * 1_000_000)
   long_task = _request(1, 0, [_task(qs[0], subtask="x" * 801)])  # max_chars 200: 800 bytes
   with pytest.raises(BadRequest, match="SubTask.subtask: 801 bytes, more than 800"):
-    gate.parse(long_task.SerializeToString())
+    gate.assemble(_wire(long_task))
   with pytest.raises(BadRequest, match="SubTask.query_id: .* bytes, more than"):
-    gate.parse(_request(1, 0, [pb.SubTask(query_id="q" * 999, subtask="x")])
-               .SerializeToString())
+    gate.assemble(_wire(_request(1, 0, [pb.SubTask(query_id="q" * 999, subtask="x")])))
+
+
+def test_a_part_limit_too_small_for_a_delegation_is_refused_at_start(env, tmp_path):
+  _, qs, _, _ = env
+  gate = _gate(qs)
+  longest = max(len(q.id.encode()) for q in qs[:3])
+  widest = pb.RunSubtasksPart(tasks=[pb.SubTask(
+      query_id="q" * longest, rollout_index=1, call_index=2, subtask="\U0001f600" * 200,
+      context="\U0001f600" * 200)])
+  assert gate.largest_part_bytes == widest.ByteSize() > 1600
+  service, *_ = _service(env, SubStepCache(LocalFolder(tmp_path)), gate)
+  with pytest.raises(ValueError, match=rf"serving\.max_part_kib: a part of 1024 bytes "
+                                       rf"cannot hold a delegation of up to "
+                                       rf"{gate.largest_part_bytes} bytes"):
+    service.server(host="127.0.0.1", port=0, token=None,
+                   limits=ServerLimits(max_part_bytes=1024))
+  service.server(host="127.0.0.1", port=0, token=None,
+                 limits=ServerLimits(max_part_bytes=gate.largest_part_bytes)).stop()
+
+
+def test_over_grpc_a_batch_travels_as_parts_and_oversized_streams_store_nothing(env, tmp_path):
+  """The main slice's client streams a batch (served, stored); a stream whose parts pass
+  `max_request_bytes`, and one with a part over `max_part_bytes`, are RESOURCE_EXHAUSTED
+  with nothing run or stored."""
+  _, qs, _, _ = env
+  cache = SubStepCache(LocalFolder(tmp_path))
+  gate = _gate(qs, max_tasks=400)
+  service, versions, _, params = _service(env, cache, gate)
+  versions.publish(0, params)
+  limits = ServerLimits(max_request_bytes=64 << 10, max_part_bytes=gate.largest_part_bytes)
+  server = service.server(host="127.0.0.1", port=0, token=None, limits=limits).start()
+  client = RemoteSubAgentClient(lambda: server.address, describe="test")
+  try:
+    client.begin_step(1, 0)
+    (result,) = client.run([messages.task_from_proto(_task(qs[0]))], seed=3)
+    assert [r.key for _, r in cache.load(1)] == [result.record.key]
+    runs = _runs(service)
+    with grpc.insecure_channel(f"127.0.0.1:{server.address[1]}") as channel:
+      call = channel.stream_unary(f"/{messages.SERVICE}/RunSubtasks", request_serializer=None)
+      widest = pb.SubTask(query_id=qs[1].id, subtask="x" * 200, context="x" * 200)
+      over = _request(1, 0, [widest] * 400)  # 170 KB in parts of up to 1.6 KB
+      too_wide = _request(1, 0, [pb.SubTask(query_id=qs[1].id, subtask="x" * 4000)])
+      for request, problem in ((over, f"more than {64 << 10} bytes"),
+                               (too_wide, "larger than max")):
+        with pytest.raises(grpc.RpcError) as error:
+          call(iter(_wire(request, limits.max_part_bytes)), timeout=30)
+        assert error.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert problem in error.value.details()
+    assert _runs(service) == runs
+    assert [r.key for _, r in cache.load(1)] == [result.record.key]
+  finally:
+    client.close()
+    server.stop()
 
 
 def test_shared_policy_update_uses_both_roles_rows(env):

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'mgrpo_jax/serving/proto/sub_agent.proto\x12\x11mgrpo_jax.serving\"h\n\x07SubTask\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\x15\n\rrollout_index\x18\x02 \x01(\x05\x12\x12\n\ncall_index\x18\x03 \x01(\x05\x12\x0f\n\x07subtask\x18\x04 \x01(\t\x12\x0f\n\x07\x63ontext\x18\x05 \x01(\t\"{\n\x12RunSubtasksRequest\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12\x0c\n\x04seed\x18\x02 \x01(\x03\x12\x0f\n\x07version\x18\x03 \x01(\x03\x12\r\n\x05\x62\x61tch\x18\x04 \x01(\x03\x12)\n\x05tasks\x18\x05 \x03(\x0b\x32\x1a.mgrpo_jax.serving.SubTask\"X\n\x08ToolCall\x12\x0c\n\x04turn\x18\x01 \x01(\x05\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t\x12\n\n\x02ok\x18\x04 \x01(\x08\x12\x11\n\tlatency_s\x18\x05 \x01(\x01\"%\n\x07Message\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\"\xb4\x02\n\nTrajectory\x12\x0b\n\x03ids\x18\x01 \x03(\x05\x12\x11\n\tloss_mask\x18\x02 \x03(\x08\x12\x10\n\x08logprobs\x18\x03 \x03(\x02\x12\r\n\x05roles\x18\x04 \x03(\x05\x12,\n\x08messages\x18\x05 \x03(\x0b\x32\x1a.mgrpo_jax.serving.Message\x12\x16\n\x0epolicy_version\x18\x06 \x01(\x03\x12\x11\n\tformat_ok\x18\x07 \x01(\x08\x12\r\n\x05\x65rror\x18\x08 \x01(\t\x12\x0b\n\x03\x65nd\x18\t \x01(\t\x12\x11\n\tnum_turns\x18\n \x01(\x05\x12/\n\ntool_calls\x18\x0b \x03(\x0b\x32\x1b.mgrpo_jax.serving.ToolCall\x12\x12\n\x05\x66inal\x18\x0c \x01(\tH\x00\x88\x01\x01\x12\x0e\n\x06wall_s\x18\r \x01(\x01\x42\x08\n\x06_final\"\x9e\x01\n\tSubRecord\x12(\n\x04task\x18\x01 \x01(\x0b\x32\x1a.mgrpo_jax.serving.SubTask\x12\x0e\n\x06report\x18\x02 \x01(\t\x12\x31\n\ntrajectory\x18\x03 \x01(\x0b\x32\x1d.mgrpo_jax.serving.Trajectory\x12\x0e\n\x06\x65xpert\x18\x04 \x01(\x01\x12\x14\n\x0cmain_correct\x18\x05 \x01(\x01\"\xaf\x01\n\x10RunSubtasksReply\x12:\n\x06status\x18\x01 \x01(\x0e\x32*.mgrpo_jax.serving.RunSubtasksReply.Status\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12-\n\x07results\x18\x03 \x03(\x0b\x32\x1c.mgrpo_jax.serving.SubRecord\"\x1f\n\x06Status\x12\x06\n\x02OK\x10\x00\x12\r\n\tNOT_READY\x10\x01\"\x0f\n\rStatusRequest\"\x1e\n\x0bStatusReply\x12\x0f\n\x07version\x18\x01 \x01(\x03\x32\xb1\x01\n\x08SubAgent\x12Y\n\x0bRunSubtasks\x12%.mgrpo_jax.serving.RunSubtasksRequest\x1a#.mgrpo_jax.serving.RunSubtasksReply\x12J\n\x06Status\x12 .mgrpo_jax.serving.StatusRequest\x1a\x1e.mgrpo_jax.serving.StatusReplyb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'mgrpo_jax/serving/proto/sub_agent.proto\x12\x11mgrpo_jax.serving\"h\n\x07SubTask\x12\x10\n\x08query_id\x18\x01 \x01(\t\x12\x15\n\rrollout_index\x18\x02 \x01(\x05\x12\x12\n\ncall_index\x18\x03 \x01(\x05\x12\x0f\n\x07subtask\x18\x04 \x01(\t\x12\x0f\n\x07\x63ontext\x18\x05 \x01(\t\"{\n\x12RunSubtasksRequest\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12\x0c\n\x04seed\x18\x02 \x01(\x03\x12\x0f\n\x07version\x18\x03 \x01(\x03\x12\r\n\x05\x62\x61tch\x18\x04 \x01(\x03\x12)\n\x05tasks\x18\x05 \x03(\x0b\x32\x1a.mgrpo_jax.serving.SubTask\"b\n\x11RunSubtasksHeader\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12\x0c\n\x04seed\x18\x02 \x01(\x03\x12\x0f\n\x07version\x18\x03 \x01(\x03\x12\r\n\x05\x62\x61tch\x18\x04 \x01(\x03\x12\x11\n\tnum_tasks\x18\x05 \x01(\x03\"r\n\x0fRunSubtasksPart\x12\x34\n\x06header\x18\x01 \x01(\x0b\x32$.mgrpo_jax.serving.RunSubtasksHeader\x12)\n\x05tasks\x18\x02 \x03(\x0b\x32\x1a.mgrpo_jax.serving.SubTask\"X\n\x08ToolCall\x12\x0c\n\x04turn\x18\x01 \x01(\x05\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t\x12\n\n\x02ok\x18\x04 \x01(\x08\x12\x11\n\tlatency_s\x18\x05 \x01(\x01\"%\n\x07Message\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\"\xb4\x02\n\nTrajectory\x12\x0b\n\x03ids\x18\x01 \x03(\x05\x12\x11\n\tloss_mask\x18\x02 \x03(\x08\x12\x10\n\x08logprobs\x18\x03 \x03(\x02\x12\r\n\x05roles\x18\x04 \x03(\x05\x12,\n\x08messages\x18\x05 \x03(\x0b\x32\x1a.mgrpo_jax.serving.Message\x12\x16\n\x0epolicy_version\x18\x06 \x01(\x03\x12\x11\n\tformat_ok\x18\x07 \x01(\x08\x12\r\n\x05\x65rror\x18\x08 \x01(\t\x12\x0b\n\x03\x65nd\x18\t \x01(\t\x12\x11\n\tnum_turns\x18\n \x01(\x05\x12/\n\ntool_calls\x18\x0b \x03(\x0b\x32\x1b.mgrpo_jax.serving.ToolCall\x12\x12\n\x05\x66inal\x18\x0c \x01(\tH\x00\x88\x01\x01\x12\x0e\n\x06wall_s\x18\r \x01(\x01\x42\x08\n\x06_final\"\x9e\x01\n\tSubRecord\x12(\n\x04task\x18\x01 \x01(\x0b\x32\x1a.mgrpo_jax.serving.SubTask\x12\x0e\n\x06report\x18\x02 \x01(\t\x12\x31\n\ntrajectory\x18\x03 \x01(\x0b\x32\x1d.mgrpo_jax.serving.Trajectory\x12\x0e\n\x06\x65xpert\x18\x04 \x01(\x01\x12\x14\n\x0cmain_correct\x18\x05 \x01(\x01\"\xaf\x01\n\x10RunSubtasksReply\x12:\n\x06status\x18\x01 \x01(\x0e\x32*.mgrpo_jax.serving.RunSubtasksReply.Status\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12-\n\x07results\x18\x03 \x03(\x0b\x32\x1c.mgrpo_jax.serving.SubRecord\"\x1f\n\x06Status\x12\x06\n\x02OK\x10\x00\x12\r\n\tNOT_READY\x10\x01\"\x0f\n\rStatusRequest\"\x1e\n\x0bStatusReply\x12\x0f\n\x07version\x18\x01 \x01(\x03\x32\xb0\x01\n\x08SubAgent\x12X\n\x0bRunSubtasks\x12\".mgrpo_jax.serving.RunSubtasksPart\x1a#.mgrpo_jax.serving.RunSubtasksReply(\x01\x12J\n\x06Status\x12 .mgrpo_jax.serving.StatusRequest\x1a\x1e.mgrpo_jax.serving.StatusReplyb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,22 +35,26 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SUBTASK']._serialized_end=166
   _globals['_RUNSUBTASKSREQUEST']._serialized_start=168
   _globals['_RUNSUBTASKSREQUEST']._serialized_end=291
-  _globals['_TOOLCALL']._serialized_start=293
-  _globals['_TOOLCALL']._serialized_end=381
-  _globals['_MESSAGE']._serialized_start=383
-  _globals['_MESSAGE']._serialized_end=420
-  _globals['_TRAJECTORY']._serialized_start=423
-  _globals['_TRAJECTORY']._serialized_end=731
-  _globals['_SUBRECORD']._serialized_start=734
-  _globals['_SUBRECORD']._serialized_end=892
-  _globals['_RUNSUBTASKSREPLY']._serialized_start=895
-  _globals['_RUNSUBTASKSREPLY']._serialized_end=1070
-  _globals['_RUNSUBTASKSREPLY_STATUS']._serialized_start=1039
-  _globals['_RUNSUBTASKSREPLY_STATUS']._serialized_end=1070
-  _globals['_STATUSREQUEST']._serialized_start=1072
-  _globals['_STATUSREQUEST']._serialized_end=1087
-  _globals['_STATUSREPLY']._serialized_start=1089
-  _globals['_STATUSREPLY']._serialized_end=1119
-  _globals['_SUBAGENT']._serialized_start=1122
-  _globals['_SUBAGENT']._serialized_end=1299
+  _globals['_RUNSUBTASKSHEADER']._serialized_start=293
+  _globals['_RUNSUBTASKSHEADER']._serialized_end=391
+  _globals['_RUNSUBTASKSPART']._serialized_start=393
+  _globals['_RUNSUBTASKSPART']._serialized_end=507
+  _globals['_TOOLCALL']._serialized_start=509
+  _globals['_TOOLCALL']._serialized_end=597
+  _globals['_MESSAGE']._serialized_start=599
+  _globals['_MESSAGE']._serialized_end=636
+  _globals['_TRAJECTORY']._serialized_start=639
+  _globals['_TRAJECTORY']._serialized_end=947
+  _globals['_SUBRECORD']._serialized_start=950
+  _globals['_SUBRECORD']._serialized_end=1108
+  _globals['_RUNSUBTASKSREPLY']._serialized_start=1111
+  _globals['_RUNSUBTASKSREPLY']._serialized_end=1286
+  _globals['_RUNSUBTASKSREPLY_STATUS']._serialized_start=1255
+  _globals['_RUNSUBTASKSREPLY_STATUS']._serialized_end=1286
+  _globals['_STATUSREQUEST']._serialized_start=1288
+  _globals['_STATUSREQUEST']._serialized_end=1303
+  _globals['_STATUSREPLY']._serialized_start=1305
+  _globals['_STATUSREPLY']._serialized_end=1335
+  _globals['_SUBAGENT']._serialized_start=1338
+  _globals['_SUBAGENT']._serialized_end=1514
 # @@protoc_insertion_point(module_scope)
