@@ -5,9 +5,9 @@
 
 Loads the run's final RL checkpoints of M and S as its held-out evaluation does
 (`evaluation.held_out.evaluation_inputs`: the run's `launch/config.py` over today's
-defaults, its world and tokenizer under the workdir, which must be writable only if they
-are missing) and plays the evaluation's test questions (`eval.num_questions`) once
-greedily and `--samples` times at the agents' temperature, with the evaluation's key.
+defaults, its world and tokenizer under the workdir) and plays the evaluation's test
+questions (`eval.num_questions`) once greedily and `--samples` times at the agents'
+temperature, with the evaluation's key.
 
 Each sampled rollout that answers wrong is walked turn by turn against the world's clean
 scripted oracles, given the history the rollout actually had: M's turn against the clean
