@@ -307,14 +307,17 @@ def held_out_turn_accuracy(setup: EvalSetup, agents: dict[str, Agent],
           for role, agent in agents.items() if sequences[role]}
 
 
-def evaluate_sources(config, mode: Mode, root: str | pathlib.Path, sources: dict[str, Source],
-                     *, greedy_only: bool = False) -> EvalResult:
-  """Held-out evaluation in `mode` (the config's `experiment.mode`) of the agents whose
-  weights `sources` names ("main", "sub").
+def evaluation_seed(config) -> int:
+  """The key of the held-out rollouts of a run of `config` (greedy and sampled)."""
+  return agent_setup.derive_seed(int(config.experiment.seed), "eval")
 
-  With `greedy_only`, only the greedy pass runs (one rollout per question; its summary
-  is the result's, and also under "greedy"): the cheap points of the RL curve.
-  """
+
+def evaluation_inputs(config, mode: Mode, root: str | pathlib.Path,
+                      sources: dict[str, Source]) -> tuple[EvalSetup, Agent, Agent | None]:
+  """What `evaluate_sources` evaluates: the `EvalSetup` of the config's `eval.split`
+  questions (the world and tokenizer under `root`, built there if missing), M and S
+  (None without a sub-agent; M itself when shared) with the weights `sources` names,
+  sampling at their configured temperature."""
   root = pathlib.Path(root)
   world = WorldSetup.from_config(config)
   world_path = ensure_world(root, world, log)
@@ -334,10 +337,21 @@ def evaluate_sources(config, mode: Mode, root: str | pathlib.Path, sources: dict
                     rollout_config=agent_setup.rollout_config(config), questions=questions,
                     main_spec=main_spec, sub_spec=sub_spec, rendering=world.rendering,
                     expert_judge=held_out_expert_judge(world, split))
-  run = functools.partial(evaluate, setup,
-                          key=agent_setup.derive_seed(int(config.experiment.seed), "eval"))
-  greedy_main = greedy(main)
-  greedy_sub = None if sub is None else greedy_main if sub is main else greedy(sub)
+  return setup, main, sub
+
+
+def evaluate_sources(config, mode: Mode, root: str | pathlib.Path, sources: dict[str, Source],
+                     *, greedy_only: bool = False) -> EvalResult:
+  """Held-out evaluation in `mode` (the config's `experiment.mode`) of the agents whose
+  weights `sources` names ("main", "sub").
+
+  With `greedy_only`, only the greedy pass runs (one rollout per question; its summary
+  is the result's, and also under "greedy"): the cheap points of the RL curve.
+  """
+  setup, main, sub = evaluation_inputs(config, mode, root, sources)
+  world = WorldSetup.from_config(config)
+  run = functools.partial(evaluate, setup, key=evaluation_seed(config))
+  greedy_main, greedy_sub = greedy_agents(main, sub)
   greedy_result = run(main=greedy_main, sub=greedy_sub, samples=1)
   greedy_summary = {key: greedy_result.summary[key] for key in GREEDY_KEYS
                     if key in greedy_result.summary}
@@ -346,7 +360,7 @@ def evaluate_sources(config, mode: Mode, root: str | pathlib.Path, sources: dict
     return greedy_result
   result = run(main=main, sub=sub, samples=int(config.eval.samples))
   result.summary["greedy"] = greedy_summary
-  result.summary["split"] = split
+  result.summary["split"] = str(config.eval.split)
   agents = {"main": main} if sub is None else {"main": main, "sub": sub}
   result.summary["turn_accuracy"] = held_out_turn_accuracy(setup, agents)
   if world.source == "generated":
@@ -370,3 +384,9 @@ def greedy(agent: Agent) -> Agent:
   policy = agent.policy
   params = dataclasses.replace(policy.params, temperature=0.0)
   return Agent(type(policy)(policy.sampler, params, version=policy.version), agent.tokenizer)
+
+
+def greedy_agents(main: Agent, sub: Agent | None) -> tuple[Agent, Agent | None]:
+  """M and S (None, or M itself when shared) decoding greedily."""
+  greedy_main = greedy(main)
+  return greedy_main, None if sub is None else greedy_main if sub is main else greedy(sub)
