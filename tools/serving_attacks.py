@@ -46,6 +46,7 @@ sys.path.insert(0, str(ROOT))
 from mgrpo_jax.serving import messages, request_parts  # noqa: E402
 from mgrpo_jax.serving.proto import sub_agent_pb2 as pb  # noqa: E402
 from mgrpo_jax.serving.rpc import TOKEN_KEY, RpcClient  # noqa: E402
+from tests.support.request_wire import header_part, task_part  # noqa: E402
 from tests.support.sockets import closed_by_peer  # noqa: E402
 
 TOKEN = "s3cret"
@@ -226,28 +227,15 @@ def connection_attacks(server: Server, caller: Caller) -> None:
     sock.close()
 
 
-def _header(num_tasks: int, body: bytes | None = None) -> bytes:
-  """A header part announcing `num_tasks` (or holding the header bytes `body`)."""
-  if body is None:
-    return pb.RunSubtasksPart(header=pb.RunSubtasksHeader(num_tasks=num_tasks)
-                              ).SerializeToString()
-  return b"\x0a" + bytes([len(body)]) + body
-
-
-def _task(entry: bytes = b"") -> bytes:
-  """A part of one task, holding the `SubTask` bytes `entry` (under 128 bytes)."""
-  return b"\x12" + bytes([len(entry)]) + entry
-
-
 def _parts(request: pb.RunSubtasksRequest) -> list[bytes]:
   return [part.SerializeToString() for part in request_parts.parts(request, 64 << 10)]
 
 
 def _empty_tasks(size: int) -> tuple[Iterable[bytes], int]:
   """A header announcing `MAX_TASKS`, then empty task parts up to `size` bytes."""
-  count = (size - len(_header(MAX_TASKS))) // len(_task())
-  return (itertools.chain([_header(MAX_TASKS)], itertools.repeat(_task(), count)),
-          len(_header(MAX_TASKS)) + count * len(_task()))
+  count = (size - len(header_part(MAX_TASKS))) // len(task_part())
+  return (itertools.chain([header_part(MAX_TASKS)], itertools.repeat(task_part(), count)),
+          len(header_part(MAX_TASKS)) + count * len(task_part()))
 
 
 def _long_task(query: str, index: int, text: str) -> pb.SubTask:
@@ -269,8 +257,8 @@ def request_attacks(server: Server, caller: Caller) -> None:
         _long_task(query, i, "\U0001f600" * chars) for i in range(MAX_TASKS)])
 
   attacks = {
-      "step sent as a string (wrong wire type)": [_header(1, b"\x0a\x01x"), task],
-      "rollout_index sent as a double 0.5": [_header(1), _task(b"\x11" + b"\x00" * 7 + b"\x3f")],
+      "step sent as a string (wrong wire type)": [header_part(1, b"\x0a\x01x"), task],
+      "rollout_index sent as a double 0.5": [header_part(1), task_part(b"\x11" + b"\x00" * 7 + b"\x3f")],
       "batch = -5": _parts(pb.RunSubtasksRequest(batch=-5, tasks=well_formed)),
       "batch = 10**9": _parts(pb.RunSubtasksRequest(batch=10**9, tasks=well_formed)),
       "step = 10**9": _parts(pb.RunSubtasksRequest(step=10**9, tasks=well_formed)),
@@ -279,10 +267,10 @@ def request_attacks(server: Server, caller: Caller) -> None:
       "an unknown query": _parts(pb.RunSubtasksRequest(tasks=[pb.SubTask(query_id="nope",
                                                                          subtask=subtask)])),
       "a stored call again with another sub-task": _parts(pb.RunSubtasksRequest(tasks=[other])),
-      "a task before the header": [task, _header(1)],
-      "two headers": [_header(1), _header(1), task],
-      "fewer tasks than the header announces": [_header(2), task],
-      "one 64 MiB part (over the 64 KiB part limit)": [_task() * (32 << 20)],
+      "a task before the header": [task, header_part(1)],
+      "two headers": [header_part(1), header_part(1), task],
+      "fewer tasks than the header announces": [header_part(2), task],
+      "one 64 MiB part (over the 64 KiB part limit)": [task_part() * (32 << 20)],
       "64 MiB of empty tasks in 2-byte parts": _empty_tasks(64 << 20),
       "4 MiB of empty tasks in 2-byte parts": _empty_tasks(4 << 20),
       "512 tasks of 32,000-character texts (31 MiB)": _parts(pb.RunSubtasksRequest(tasks=[

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from mgrpo_jax.serving import messages, request_parts
 from mgrpo_jax.serving.proto import sub_agent_pb2 as pb
 from mgrpo_jax.serving.rpc import TOKEN_KEY, Method, RpcClient, RpcServer, ServerLimits
+from tests.support.request_wire import header_part, task_part
 
 TOKEN = "s3cret"
 MAX_TASKS = 8
@@ -60,42 +61,29 @@ def _serves(address) -> bool:
       "RunSubtasks", request, pb.RunSubtasksReply, parts=request_parts.parts).version == 1
 
 
-def _header(num_tasks: int, body: bytes | None = None) -> bytes:
-  """A header part announcing `num_tasks` (or holding the header bytes `body`)."""
-  if body is None:
-    return pb.RunSubtasksPart(header=pb.RunSubtasksHeader(num_tasks=num_tasks)
-                              ).SerializeToString()
-  return b"\x0a" + bytes([len(body)]) + body
-
-
-def _task(entry: bytes = b"") -> bytes:
-  """A part of one task, holding the SubTask bytes `entry` (under 128 bytes)."""
-  return b"\x12" + bytes([len(entry)]) + entry
-
-
 def _tasks(count: int, entry: bytes = b""):
-  return (_task(entry) for _ in range(count))
+  return (task_part(entry) for _ in range(count))
 
 
 @pytest.mark.parametrize("parts,message", [
-    ([_header(MAX_TASKS + 1)], f"announces {MAX_TASKS + 1} tasks: a request holds 0 to "
+    ([header_part(MAX_TASKS + 1)], f"announces {MAX_TASKS + 1} tasks: a request holds 0 to "
                                f"{MAX_TASKS}"),
-    ([_header(MAX_TASKS), *_tasks(MAX_TASKS + 1)], f"part 9: more tasks than the {MAX_TASKS}"),
-    ([_header(MAX_TASKS), _task() * (MAX_TASKS + 1)], f"more than {MAX_TASKS} entries"),
-    ([_header(1), *_tasks(500_000)], "part 2: more tasks than the 1"),  # 1 MB of empty tasks
+    ([header_part(MAX_TASKS), *_tasks(MAX_TASKS + 1)], f"part 9: more tasks than the {MAX_TASKS}"),
+    ([header_part(MAX_TASKS), task_part() * (MAX_TASKS + 1)], f"more than {MAX_TASKS} entries"),
+    ([header_part(1), *_tasks(500_000)], "part 2: more tasks than the 1"),  # 1 MB of empty tasks
     ([*_tasks(2)], "part 0: the header comes in the first part, and only there"),
-    ([_header(1), _header(1), _task()], "part 1: the header comes in the first part"),
+    ([header_part(1), header_part(1), task_part()], "part 1: the header comes in the first part"),
     ([], "no parts"),
-    ([_header(1), b""], "part 1 is empty"),
-    ([_header(2), _task()], "ended after 1 of the 2 tasks"),
-    ([_header(0, b"\x08\x01\x08\x02")], "RunSubtasksHeader.step: a singular field sent 2"),
-    ([_header(0, b"\x0a\x01x")], "RunSubtasksHeader.step: wire type 2, expected 0"),
-    ([_header(1), _task(b"\x10\x05\x10\x06")], "SubTask.rollout_index: a singular field"),
-    ([_header(1), _task(b"\x12\x03abc")], "SubTask.rollout_index: wire type 2, expected 0"),
-    ([_header(1), _task(b"\x22\x02\xff\xfe")], "malformed RunSubtasksPart"),  # not UTF-8
-    ([_header(1), b"\x0a\x00\x12\x00"], "part 1: the header comes in the first part"),
+    ([header_part(1), b""], "part 1 is empty"),
+    ([header_part(2), task_part()], "ended after 1 of the 2 tasks"),
+    ([header_part(0, b"\x08\x01\x08\x02")], "RunSubtasksHeader.step: a singular field sent 2"),
+    ([header_part(0, b"\x0a\x01x")], "RunSubtasksHeader.step: wire type 2, expected 0"),
+    ([header_part(1), task_part(b"\x10\x05\x10\x06")], "SubTask.rollout_index: a singular field"),
+    ([header_part(1), task_part(b"\x12\x03abc")], "SubTask.rollout_index: wire type 2, expected 0"),
+    ([header_part(1), task_part(b"\x22\x02\xff\xfe")], "malformed RunSubtasksPart"),  # not UTF-8
+    ([header_part(1), b"\x0a\x00\x12\x00"], "part 1: the header comes in the first part"),
     ([b"\x78\x01"], "no field number 15"),
-    ([_header(0, b"\x08" + b"\xff" * 10 + b"\x01")], "overlong varint"),
+    ([header_part(0, b"\x08" + b"\xff" * 10 + b"\x01")], "overlong varint"),
     ([b"\x12\x10abc"], "truncated"),
 ])
 def test_a_malformed_request_is_invalid_and_the_server_keeps_serving(server, parts, message):
@@ -115,17 +103,17 @@ def test_a_request_over_the_size_limit_in_small_parts_is_refused_as_they_arrive(
   sent = []
 
   def parts():
-    yield _header(MANY_TASKS)
+    yield header_part(MANY_TASKS)
     for _ in range(MANY_TASKS):
       sent.append(1)
-      yield _task(b"\x22\x64" + b"x" * 100)
+      yield task_part(b"\x22\x64" + b"x" * 100)
 
   code, details = _raw(srv.address, parts(), method="RunMany")
   assert code == grpc.StatusCode.RESOURCE_EXHAUSTED, details
   assert f"parts are more than {256 << 10} bytes" in details
   assert len(calls) == before
   assert 2_400 < len(sent) < 20_000  # refused after 256 KiB / 105 bytes, not all read
-  assert _raw(srv.address, [_header(2_000), *_tasks(2_000, b"\x22\x64" + b"x" * 100)],
+  assert _raw(srv.address, [header_part(2_000), *_tasks(2_000, b"\x22\x64" + b"x" * 100)],
               method="RunMany")[1].version == 2_000  # 210 KB is served
   assert _serves(srv.address)
 
@@ -137,7 +125,7 @@ def test_a_part_over_the_part_limit_never_runs_the_parts_before_it(server):
   before = len(calls)
   big = pb.RunSubtasksPart(tasks=[pb.SubTask(subtask="x" * (16 << 10))]).SerializeToString()
   for _ in range(30):
-    code, details = _raw(srv.address, [_header(2), _task(), big])
+    code, details = _raw(srv.address, [header_part(2), task_part(), big])
     assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and "larger than max" in details
   assert len(calls) == before
   assert _serves(srv.address)
@@ -149,7 +137,7 @@ def test_a_wrong_token_is_refused_before_any_part_is_read(server):
   sent = []
 
   def parts():  # 64 MiB in 4 KiB parts
-    yield _header(16_384)
+    yield header_part(16_384)
     for _ in range(16_384):
       sent.append(1)
       yield pb.RunSubtasksPart(tasks=[pb.SubTask(subtask="x" * 4090)]).SerializeToString()
@@ -184,7 +172,7 @@ _SUB_TASKS = st.lists(st.builds(pb.SubTask, query_id=st.text(max_size=4),
 @given(parts=st.one_of(
     st.lists(st.binary(max_size=24), max_size=6),
     st.lists(st.binary(max_size=12), max_size=12).map(
-        lambda entries: [_header(len(entries))] + [_task(e) for e in entries]),
+        lambda entries: [header_part(len(entries))] + [task_part(e) for e in entries]),
     st.builds(lambda step, tasks, size: [p.SerializeToString() for p in request_parts.parts(
         pb.RunSubtasksRequest(step=step, tasks=tasks), size)], st.integers(-2**63, 2**63 - 1),
               _SUB_TASKS, st.integers(1, 40))))
