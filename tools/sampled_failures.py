@@ -64,6 +64,7 @@ from mgrpo_jax.config.modes import Mode, parse_mode
 from mgrpo_jax.evaluation import held_out
 from mgrpo_jax.tasks.oracle import Action, Step
 from mgrpo_jax.tasks.symbolic import language
+from mgrpo_jax.tasks.world_setup import WorldSetup
 
 M_TOOL_CHOICE = "M tool choice"
 M_MISCOPY = "M miscopy"
@@ -135,8 +136,8 @@ def play(config, mode: Mode, workdir: pathlib.Path, samples: int
          ) -> tuple[held_out.EvalSetup, held_out.EvalResult, held_out.EvalResult, Any]:
   """(setup, greedy result, sampled result, (M's tokenizer, S's)) of the run's final
   agents on its held-out questions, with the evaluation's key."""
-  setup, main, sub = held_out.evaluation_inputs(config, mode, workdir,
-                                                final_sources(config, mode, workdir))
+  setup, main, sub = held_out.evaluation_inputs(config, mode, WorldSetup.from_config(config),
+                                                workdir, final_sources(config, mode, workdir))
   key = held_out.evaluation_seed(config)
   greedy_main, greedy_sub = held_out.greedy_agents(main, sub)
   greedy = held_out.evaluate(setup, greedy_main, greedy_sub, samples=1, key=key)

@@ -312,14 +312,13 @@ def evaluation_seed(config) -> int:
   return agent_setup.derive_seed(int(config.experiment.seed), "eval")
 
 
-def evaluation_inputs(config, mode: Mode, root: str | pathlib.Path,
+def evaluation_inputs(config, mode: Mode, world: WorldSetup, root: str | pathlib.Path,
                       sources: dict[str, Source]) -> tuple[EvalSetup, Agent, Agent | None]:
   """What `evaluate_sources` evaluates: the `EvalSetup` of the config's `eval.split`
-  questions (the world and tokenizer under `root`, built there if missing), M and S
-  (None without a sub-agent; M itself when shared) with the weights `sources` names,
-  sampling at their configured temperature."""
+  questions of `world` (the config's, resolved by the caller; built under `root` with
+  the tokenizer if missing), M and S (None without a sub-agent; M itself when shared)
+  with the weights `sources` names, sampling at their configured temperature."""
   root = pathlib.Path(root)
-  world = WorldSetup.from_config(config)
   world_path = ensure_world(root, world, log)
   split = str(config.eval.split)
   questions = load_questions(world_path, world, world.stage,
@@ -348,8 +347,8 @@ def evaluate_sources(config, mode: Mode, root: str | pathlib.Path, sources: dict
   With `greedy_only`, only the greedy pass runs (one rollout per question; its summary
   is the result's, and also under "greedy"): the cheap points of the RL curve.
   """
-  setup, main, sub = evaluation_inputs(config, mode, root, sources)
   world = WorldSetup.from_config(config)
+  setup, main, sub = evaluation_inputs(config, mode, world, root, sources)
   run = functools.partial(evaluate, setup, key=evaluation_seed(config))
   greedy_main, greedy_sub = greedy_agents(main, sub)
   greedy_result = run(main=greedy_main, sub=greedy_sub, samples=1)
