@@ -329,6 +329,9 @@ SPEC: dict[str, Any] = {
                        "that the test world is never tuned to).",
                        choices=("test", "validation")),
         "samples": Field(2, "Rollouts per test question (accuracy is their mean).", low=1),
+        "top_p": Field(0.0, "Nucleus mass of the sampled rollouts of the evaluation, both "
+                       "agents (0: the agents' own `sampling.top_p`, as in RL); the "
+                       "greedy pass is unchanged.", low=0.0, high=1.0),
         "every": Field(0, "After RL, also evaluate the checkpoints of every this many RL "
                        "steps (greedy, one rollout per question): the held-out curve of "
                        "report/accuracy.png (0: none; the run keeps those checkpoints).",

@@ -27,6 +27,8 @@ summarizes:
   sub_expert_by_property  the same per property the sub-task asks for ("boss", "year",
                      ...; "other" for a sub-task of no canonical form): where S's
                      mistakes sit, without reading trajectories
+  top_p              the nucleus mass the sampled rollouts kept (`eval.top_p`, else the
+                     agents' own; 1: the whole distribution)
   greedy             accuracy, its interval and per-type accuracy of one greedy
                      rollout per question (temperature 0), and S's r_expert as above:
                      what the policies' most likely actions achieve, next to the
@@ -357,9 +359,13 @@ def evaluate_sources(config, mode: Mode, root: str | pathlib.Path, sources: dict
   if greedy_only:
     greedy_result.summary["greedy"] = greedy_summary
     return greedy_result
+  top_p = float(config.eval.top_p)
+  if top_p:
+    main, sub = nucleus_agents(main, sub, top_p)
   result = run(main=main, sub=sub, samples=int(config.eval.samples))
   result.summary["greedy"] = greedy_summary
   result.summary["split"] = str(config.eval.split)
+  result.summary["top_p"] = main.policy.params.top_p
   agents = {"main": main} if sub is None else {"main": main, "sub": sub}
   result.summary["turn_accuracy"] = held_out_turn_accuracy(setup, agents)
   if world.source == "generated":
@@ -378,14 +384,26 @@ def held_out_expert_judge(world: WorldSetup, split: str) -> ExpertJudge | None:
   return world.rendering.expert_judge(world.split_worlds()[_SPLIT_WORLDS[split] == "test_world"])
 
 
-def greedy(agent: Agent) -> Agent:
-  """The same agent decoding greedily (temperature 0; its sampler is shared)."""
+def with_sampling(agent: Agent, **changes: Any) -> Agent:
+  """The same agent (its sampler shared) with `changes` to its `SamplingParams`."""
   policy = agent.policy
-  params = dataclasses.replace(policy.params, temperature=0.0)
+  params = dataclasses.replace(policy.params, **changes)
   return Agent(type(policy)(policy.sampler, params, version=policy.version), agent.tokenizer)
+
+
+def _both(main: Agent, sub: Agent | None, **changes: Any) -> tuple[Agent, Agent | None]:
+  """M and S (None, or M itself when shared), each `with_sampling(changes)`."""
+  new_main = with_sampling(main, **changes)
+  return new_main, (None if sub is None else new_main if sub is main
+                    else with_sampling(sub, **changes))
 
 
 def greedy_agents(main: Agent, sub: Agent | None) -> tuple[Agent, Agent | None]:
   """M and S (None, or M itself when shared) decoding greedily."""
-  greedy_main = greedy(main)
-  return greedy_main, None if sub is None else greedy_main if sub is main else greedy(sub)
+  return _both(main, sub, temperature=0.0)
+
+
+def nucleus_agents(main: Agent, sub: Agent | None, top_p: float
+                   ) -> tuple[Agent, Agent | None]:
+  """M and S sampling from the smallest set of tokens whose mass reaches `top_p`."""
+  return _both(main, sub, top_p=top_p)
