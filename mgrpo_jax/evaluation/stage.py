@@ -1,7 +1,10 @@
 """The evaluation stage: one held-out evaluation of a run, written once per label.
 
 It writes the summary to `<local>/eval/<label>.json` (with the RL step it evaluated,
-when given: a run extended past that step evaluates its label again) and, with
+when given: a run extended past that step evaluates its label again; and with its
+`evaluation_key`: a launch whose evaluation settings differ, another `eval.split`,
+`eval.samples` or `eval.top_p`, evaluates the label again and replaces it, never
+reporting a summary of other settings as its own) and, with
 `eval.viewer_questions` = n > 0, the first n questions' rollouts as a self-contained
 HTML page, `<local>/report/eval_<label>.html` (`metrics.trajectory_page.eval_page_name`:
 eval_final.html, eval_warm_start.html, eval_step_00010.html for the checkpoint of RL
@@ -83,13 +86,17 @@ def shared_evaluation(paths: RunPaths, label: str, kept: pathlib.Path,
         atomic_write(theirs, mine.read_bytes())
 
 
-def evaluated(paths: RunPaths, label: str, step: int | None = None) -> dict[str, Any] | None:
-  """The summary of `label` already written, or None: none yet, or one of another RL
-  `step` (a run extended since, whose "final" checkpoints are newer)."""
+def evaluated(paths: RunPaths, label: str, key: str, step: int | None = None
+              ) -> dict[str, Any] | None:
+  """The summary of `label` already written under the evaluation key `key`, or None:
+  none yet, one of another RL `step` (a run extended since, whose "final" checkpoints
+  are newer), or one computed under other settings (another key, or none recorded)."""
   out = _summary_path(paths, label)
   if not out.exists():
     return None
   summary = json.loads(out.read_text())
+  if summary.get("evaluation_key") != key:
+    return None
   return summary if step is None or summary.get("step") == step else None
 
 
@@ -99,14 +106,16 @@ def run_evaluation(config, mode: Mode, paths: RunPaths, label: str,
   """Evaluates once per label (and RL `step`, when given); `<local>/eval/<label>.json`
   holds the summary (and `<local>/report/eval_<label>.html` the trajectories, module
   docstring); `mode` is the config's `experiment.mode`."""
-  done = evaluated(paths, label, step)
+  key = evaluation_key(config, mode)
+  done = evaluated(paths, label, key, step)
   if done is not None:
     return done
   log(_start_line(config, label, step, greedy_only))
   started = time.perf_counter()
   result = held_out.evaluate_sources(config, mode, paths.local, sources,
                                      greedy_only=greedy_only)
-  summary = dict(result.summary, label=label, seconds=time.perf_counter() - started)
+  summary = dict(result.summary, label=label, seconds=time.perf_counter() - started,
+                 evaluation_key=key)
   if step is not None:
     summary["step"] = step
   write_page(config, paths, label, result, summary)

@@ -179,6 +179,11 @@ def test_an_evaluation_says_what_it_evaluates_as_it_starts_and_its_result_as_it_
   assert stage._start_line(config, "warm_start", None, greedy_only=False) == (
       "eval warm_start: evaluating the warm start on up to 40 test questions "
       "(1 sample each and greedy)")
+  config.eval.samples = 2  # the first evaluation's settings
   stage.run_evaluation(config, parse_mode("mgrpo"), paths, "step_5", {}, greedy_only=True,
                        step=5)  # done: quiet
   assert capsys.readouterr().out == ""
+  config.eval.top_p = 0.9  # other settings: evaluated again
+  stage.run_evaluation(config, parse_mode("mgrpo"), paths, "step_5", {}, greedy_only=True,
+                       step=5)
+  assert capsys.readouterr().out.splitlines()[0].startswith("eval step_5: evaluating")

@@ -20,7 +20,7 @@ from mgrpo_jax.evaluation.held_out import (
   sub_expert_scores,
   summarize,
 )
-from mgrpo_jax.evaluation.stage import evaluated
+from mgrpo_jax.evaluation.stage import evaluated, evaluation_key
 from mgrpo_jax.metrics import MetricsWriter
 from mgrpo_jax.metrics.report import greedy_curve, summary_table, write_report
 from mgrpo_jax.models import get_config, init_model
@@ -271,31 +271,40 @@ def test_init_checkpoints_follow_the_mode_and_keep_explicit_ones():
 
 def test_an_extended_run_evaluates_its_final_checkpoints_again(tmp_path):
   """The "final" summary holds its RL step: extending the run (num_steps 4 -> 6) makes
-  it stale, so the evaluation child runs again; the curve's labels stay evaluated."""
+  it stale, so the evaluation child runs again; the curve's labels stay evaluated. A
+  summary also holds its evaluation key: other evaluation settings evaluate again."""
   config = base_config()
   config.experiment.num_steps, config.eval.every = 4, 2
+  mode = parse_mode("mgrpo")
   paths = RunPaths.from_config(config, str(tmp_path))
   spawned = []
 
   def spawn(config, workdir, slices, stage):  # the evaluation child's writes, by label
     spawned.append((slices, stage))
     (paths.local / "eval").mkdir(parents=True, exist_ok=True)
-    for label, (step, _) in pipeline._evaluation_sources(config, parse_mode("mgrpo"),
-                                                                paths).items():
-      if evaluated(paths, label, step) is None:
+    key = evaluation_key(config, mode)
+    for label, (step, _) in pipeline._evaluation_sources(config, mode, paths).items():
+      if evaluated(paths, label, key, step) is None:
         (paths.local / "eval" / f"{label}.json").write_text(json.dumps(
-            {"label": label, "step": step, "accuracy": step / 10}))
+            {"label": label, "step": step, "accuracy": step / 10, "evaluation_key": key}))
 
   labels = {"final": 4, "step_2": 2}
-  first = pipeline._evaluate(config, str(tmp_path), spawn, "eval_after", labels)
+  first = pipeline._evaluate(config, mode, str(tmp_path), spawn, "eval_after", labels)
   assert spawned == [(("all",), "eval_after")] and first["final"]["accuracy"] == 0.4
-  pipeline._evaluate(config, str(tmp_path), spawn, "eval_after", labels)
+  pipeline._evaluate(config, mode, str(tmp_path), spawn, "eval_after", labels)
   assert len(spawned) == 1  # everything evaluated: no child
   config.experiment.num_steps = 6
-  extended = pipeline._evaluate(config, str(tmp_path), spawn, "eval_after",
+  extended = pipeline._evaluate(config, mode, str(tmp_path), spawn, "eval_after",
                                 {"final": 6, "step_2": 2, "step_4": 4})
   assert len(spawned) == 2
   assert (extended["final"]["step"], extended["final"]["accuracy"]) == (6, 0.6)
   assert extended["step_4"]["step"] == 4
-  assert evaluated(paths, "final", 4) is None and evaluated(paths, "final") is not None
-  assert evaluated(paths, "warm_start") is None  # never written
+  key = evaluation_key(config, mode)
+  assert evaluated(paths, "final", key, 4) is None and evaluated(paths, "final", key) is not None
+  config.eval.top_p = 0.9  # another evaluation: every label evaluated again
+  assert evaluated(paths, "final", evaluation_key(config, mode)) is None
+  pipeline._evaluate(config, mode, str(tmp_path), spawn, "eval_after", {"final": 6})
+  assert len(spawned) == 3
+  assert evaluated(paths, "final", evaluation_key(config, mode), 6)["accuracy"] == 0.6
+  assert evaluated(paths, "final", key) is None  # replaced
+  assert evaluated(paths, "warm_start", key) is None  # never written
