@@ -205,6 +205,9 @@ def test_report_writes_pngs_and_a_table_with_the_change(tmp_path):
   assert rows["S demonstrated turns (forced)"] == ["0.950", "0.950", "+0.000"]
   assert "validation questions of the training world" in table.splitlines()[-1]
   assert "unseen test world" in summary_table(before, after).splitlines()[-1]
+  assert "nucleus" not in summary_table(before, dict(after, top_p=1.0))
+  assert summary_table(before, dict(after, top_p=0.9)).splitlines()[-1].endswith(
+      "each, sampled from the nucleus top_p 1 / 0.9)")
   assert "S report r_expert" not in rows  # summaries without S's scores
   scored = [dict(before, sub_expert_mean=0.5, greedy={"accuracy": 0.5, "sub_expert_mean": 0.6,
                                                       "sub_expert_by_property": {"boss": 0.4}}),
