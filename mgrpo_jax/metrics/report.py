@@ -116,9 +116,9 @@ def summary_table(before: Mapping[str, Any] | None, after: Mapping[str, Any] | N
   asked = ("validation questions of the training world"
            if columns[-1][1].get("split") == "validation"
            else "held-out questions of an unseen test world")
-  top_ps = {s.get("top_p", 1.0) for _, s in columns}
-  nucleus = "" if top_ps == {1.0} else ", sampled from the nucleus top_p " + " / ".join(
-      f"{s.get('top_p', 1.0):g}" for _, s in columns)
+  top_ps = [s.get("top_p", 1.0) for _, s in columns]
+  nucleus = ("" if all(p == 1.0 for p in top_ps) else
+             ", sampled from the nucleus top_p " + " / ".join(f"{p:g}" for p in top_ps))
   lines.append(f"({n} {asked}, "
                f"{columns[-1][1].get('num_rollouts', 0) // max(n, 1)} samples each{nucleus})")
   return "\n".join(lines)

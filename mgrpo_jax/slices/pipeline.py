@@ -100,11 +100,11 @@ def run_evaluation_stage(config, mode: Mode, workdir: str, stage: str) -> None:
                    step=step)
 
 
-def _evaluate(config, mode: Mode, workdir: str, spawn, stage: str,
+def _evaluate(config, key: str, workdir: str, spawn, stage: str,
               labels: dict[str, int | None]) -> dict[str, dict[str, Any]]:
   """The summaries of `labels` ({label: RL step or None}), evaluated by a `stage`
-  child unless all are done under this config's evaluation settings."""
-  paths, key = RunPaths.from_config(config, workdir), evaluation_key(config, mode)
+  child unless all are done under `key` (the config's `evaluation_key`)."""
+  paths = RunPaths.from_config(config, workdir)
   if any(evaluated(paths, label, key, step) is None for label, step in labels.items()):
     spawn(config, workdir, ("all",), stage)
   return {label: evaluated(paths, label, key, step) for label, step in labels.items()}
@@ -121,8 +121,8 @@ def _evaluate_warm_start(config, mode: Mode, workdir: str, spawn) -> dict[str, A
       and evaluated(paths, "warm_start", key) is None):
     kept = warm_start_folder(config, paths) / "eval" / key
     shared_evaluation(paths, "warm_start", kept,
-                      lambda: _evaluate(config, mode, workdir, spawn, "eval_before", labels))
-  return _evaluate(config, mode, workdir, spawn, "eval_before", labels)["warm_start"]
+                      lambda: _evaluate(config, key, workdir, spawn, "eval_before", labels))
+  return _evaluate(config, key, workdir, spawn, "eval_before", labels)["warm_start"]
 
 
 def run_all(config, mode: Mode, workdir: str, spawn) -> None:
@@ -150,7 +150,7 @@ def run_all(config, mode: Mode, workdir: str, spawn) -> None:
   spawn(config, workdir, ("sub", "main"), "rl")
   curve = []
   if config.eval.enabled:
-    summaries = _evaluate(config, mode, workdir, spawn, "eval_after",
+    summaries = _evaluate(config, evaluation_key(config, mode), workdir, spawn, "eval_after",
                           {label: step for label, (step, _) in
                            _evaluation_sources(config, mode, paths).items()})
     after = summaries.pop("final")

@@ -291,14 +291,17 @@ def test_an_extended_run_evaluates_its_final_checkpoints_again(tmp_path):
         (paths.local / "eval" / f"{label}.json").write_text(json.dumps(
             {"label": label, "step": step, "accuracy": step / 10, "evaluation_key": key}))
 
+  def evaluate(labels):  # the parent's side, under the config's current key
+    return pipeline._evaluate(config, evaluation_key(config, mode), str(tmp_path), spawn,
+                              "eval_after", labels)
+
   labels = {"final": 4, "step_2": 2}
-  first = pipeline._evaluate(config, mode, str(tmp_path), spawn, "eval_after", labels)
+  first = evaluate(labels)
   assert spawned == [(("all",), "eval_after")] and first["final"]["accuracy"] == 0.4
-  pipeline._evaluate(config, mode, str(tmp_path), spawn, "eval_after", labels)
+  evaluate(labels)
   assert len(spawned) == 1  # everything evaluated: no child
   config.experiment.num_steps = 6
-  extended = pipeline._evaluate(config, mode, str(tmp_path), spawn, "eval_after",
-                                {"final": 6, "step_2": 2, "step_4": 4})
+  extended = evaluate({"final": 6, "step_2": 2, "step_4": 4})
   assert len(spawned) == 2
   assert (extended["final"]["step"], extended["final"]["accuracy"]) == (6, 0.6)
   assert extended["step_4"]["step"] == 4
@@ -306,7 +309,7 @@ def test_an_extended_run_evaluates_its_final_checkpoints_again(tmp_path):
   assert evaluated(paths, "final", key, 4) is None and evaluated(paths, "final", key) is not None
   config.eval.top_p = 0.9  # another evaluation: every label evaluated again
   assert evaluated(paths, "final", evaluation_key(config, mode)) is None
-  pipeline._evaluate(config, mode, str(tmp_path), spawn, "eval_after", {"final": 6})
+  evaluate({"final": 6})
   assert len(spawned) == 3
   assert evaluated(paths, "final", evaluation_key(config, mode), 6)["accuracy"] == 0.6
   assert evaluated(paths, "final", key) is None  # replaced
