@@ -329,6 +329,9 @@ SPEC: dict[str, Any] = {
                        "that the test world is never tuned to).",
                        choices=("test", "validation")),
         "samples": Field(2, "Rollouts per test question (accuracy is their mean).", low=1),
+        "temperature": Field(0.0, "Temperature of the sampled rollouts of the evaluation, "
+                             "both agents (0: the agents' own `sampling.temperature`, as in "
+                             "RL); the greedy pass is unchanged.", low=0.0, high=10.0),
         "top_p": Field(0.0, "Nucleus mass of the sampled rollouts of the evaluation, both "
                        "agents (0: the agents' own `sampling.top_p`, as in RL); the "
                        "greedy pass is unchanged.", low=0.0, high=1.0),

@@ -27,6 +27,8 @@ summarizes:
   sub_expert_by_property  the same per property the sub-task asks for ("boss", "year",
                      ...; "other" for a sub-task of no canonical form): where S's
                      mistakes sit, without reading trajectories
+  temperature        the temperature of the sampled rollouts (`eval.temperature`, else
+                     the agents' own, as in RL)
   top_p              the nucleus mass the sampled rollouts kept (`eval.top_p`, else the
                      agents' own; 1: the whole distribution)
   greedy             accuracy, its interval and per-type accuracy of one greedy
@@ -359,12 +361,12 @@ def evaluate_sources(config, mode: Mode, root: str | pathlib.Path, sources: dict
   if greedy_only:
     greedy_result.summary["greedy"] = greedy_summary
     return greedy_result
-  top_p = float(config.eval.top_p)
-  if top_p:
-    main, sub = nucleus_agents(main, sub, top_p)
+  main, sub = sampled_agents(main, sub, temperature=float(config.eval.temperature),
+                             top_p=float(config.eval.top_p))
   result = run(main=main, sub=sub, samples=int(config.eval.samples))
   result.summary["greedy"] = greedy_summary
   result.summary["split"] = str(config.eval.split)
+  result.summary["temperature"] = main.policy.params.temperature
   result.summary["top_p"] = main.policy.params.top_p
   agents = {"main": main} if sub is None else {"main": main, "sub": sub}
   result.summary["turn_accuracy"] = held_out_turn_accuracy(setup, agents)
@@ -403,7 +405,10 @@ def greedy_agents(main: Agent, sub: Agent | None) -> tuple[Agent, Agent | None]:
   return _both(main, sub, temperature=0.0)
 
 
-def nucleus_agents(main: Agent, sub: Agent | None, top_p: float
+def sampled_agents(main: Agent, sub: Agent | None, *, temperature: float, top_p: float
                    ) -> tuple[Agent, Agent | None]:
-  """M and S sampling from the smallest set of tokens whose mass reaches `top_p`."""
-  return _both(main, sub, top_p=top_p)
+  """M and S sampling at `temperature` from the smallest set of tokens whose mass reaches
+  `top_p` (`eval.temperature`, `eval.top_p`); a 0 keeps the agents' own value."""
+  changes = {name: value for name, value in (("temperature", temperature), ("top_p", top_p))
+             if value}
+  return _both(main, sub, **changes) if changes else (main, sub)

@@ -3,8 +3,8 @@
 It writes the summary to `<local>/eval/<label>.json` (with the RL step it evaluated,
 when given: a run extended past that step evaluates its label again; and with its
 `evaluation_key`: a launch whose evaluation settings differ, another `eval.split`,
-`eval.samples` or `eval.top_p`, evaluates the label again and replaces it, never
-reporting a summary of other settings as its own) and, with
+`eval.samples`, `eval.temperature` or `eval.top_p`, evaluates the label again and
+replaces it, never reporting a summary of other settings as its own) and, with
 `eval.viewer_questions` = n > 0, the first n questions' rollouts as a self-contained
 HTML page, `<local>/report/eval_<label>.html` (`metrics.trajectory_page.eval_page_name`:
 eval_final.html, eval_warm_start.html, eval_step_00010.html for the checkpoint of RL

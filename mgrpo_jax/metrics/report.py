@@ -116,12 +116,21 @@ def summary_table(before: Mapping[str, Any] | None, after: Mapping[str, Any] | N
   asked = ("validation questions of the training world"
            if columns[-1][1].get("split") == "validation"
            else "held-out questions of an unseen test world")
-  top_ps = [s.get("top_p", 1.0) for _, s in columns]
-  nucleus = ("" if all(p == 1.0 for p in top_ps) else
-             ", sampled from the nucleus top_p " + " / ".join(f"{p:g}" for p in top_ps))
   lines.append(f"({n} {asked}, "
-               f"{columns[-1][1].get('num_rollouts', 0) // max(n, 1)} samples each{nucleus})")
+               f"{columns[-1][1].get('num_rollouts', 0) // max(n, 1)} samples each"
+               f"{_sampling_note(columns)})")
   return "\n".join(lines)
+
+
+def _sampling_note(columns: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
+  """How the columns' sampled rollouts were drawn, per column, where not at temperature
+  1 from the whole distribution (`eval.temperature`, `eval.top_p`)."""
+  note = ""
+  for key, words in (("temperature", "at temperature"), ("top_p", "from the nucleus top_p")):
+    values = [s.get(key, 1.0) for _, s in columns]
+    if any(v != 1.0 for v in values):
+      note += f", sampled {words} " + " / ".join(f"{v:g}" for v in values)
+  return note
 
 
 def greedy_curve(before: Mapping[str, Any] | None, after: Mapping[str, Any] | None,

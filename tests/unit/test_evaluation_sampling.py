@@ -1,4 +1,5 @@
-"""The evaluation's sampling variants of an agent: greedy, and nucleus (`eval.top_p`)."""
+"""The evaluation's sampling variants of an agent: greedy, and another temperature or
+nucleus (`eval.temperature`, `eval.top_p`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 from mgrpo_jax.agents.modes import Agent
 from mgrpo_jax.agents.policy import SamplerPolicy
-from mgrpo_jax.evaluation.held_out import greedy_agents, nucleus_agents
+from mgrpo_jax.evaluation.held_out import greedy_agents, sampled_agents
 from mgrpo_jax.models import get_config, init_model
 from mgrpo_jax.sampling import Sampler, SamplerConfig
 
@@ -32,7 +33,8 @@ def _tokens(agent: Agent, seed: int) -> np.ndarray:
 
 
 def test_a_nucleus_of_one_token_samples_the_greedy_tokens(agent):
-  (nucleus, _), (greedy, _) = nucleus_agents(agent, None, 1e-6), greedy_agents(agent, None)
+  (nucleus, _) = sampled_agents(agent, None, temperature=0.0, top_p=1e-6)
+  greedy, _ = greedy_agents(agent, None)
   assert nucleus.policy.params.top_p == 1e-6 and nucleus.policy.params.temperature == 1.0
   want = _tokens(greedy, 0)
   for seed in range(3):
@@ -42,10 +44,21 @@ def test_a_nucleus_of_one_token_samples_the_greedy_tokens(agent):
 
 
 def test_the_variants_share_the_sampler_and_keep_a_shared_sub_shared(agent):
-  main, sub = nucleus_agents(agent, agent, 0.9)
+  main, sub = sampled_agents(agent, agent, temperature=0.0, top_p=0.9)
   assert sub is main and main.policy.sampler is agent.policy.sampler
   assert main.policy.version == 3 and agent.policy.params.top_p == 1.0
   other = Agent(SamplerPolicy(agent.policy.sampler), tokenizer=None)
   main, sub = greedy_agents(agent, other)
   assert sub is not main and sub.policy.params.temperature == 0.0
-  assert nucleus_agents(agent, None, 0.9)[1] is None
+  assert sampled_agents(agent, None, temperature=0.0, top_p=0.9)[1] is None
+
+
+def test_zeros_keep_the_agents_own_sampling_and_a_temperature_changes_only_it(agent):
+  assert sampled_agents(agent, None, temperature=0.0, top_p=0.0) == (agent, None)
+  hot, _ = sampled_agents(agent, None, temperature=1.5, top_p=0.0)
+  assert hot.policy.params == dataclasses.replace(agent.policy.params, temperature=1.5)
+  # Sampled at a lower temperature, the rows leave the greedy tokens less often.
+  want = _tokens(greedy_agents(agent, None)[0], 0)
+  cold, _ = sampled_agents(agent, None, temperature=0.05, top_p=0.0)
+  differing = [int((_tokens(a, seed) != want).sum()) for a in (agent, cold) for seed in (1, 2)]
+  assert sum(differing[2:]) < sum(differing[:2]), differing

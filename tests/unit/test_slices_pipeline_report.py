@@ -208,6 +208,9 @@ def test_report_writes_pngs_and_a_table_with_the_change(tmp_path):
   assert "nucleus" not in summary_table(before, dict(after, top_p=1.0))
   assert summary_table(before, dict(after, top_p=0.9)).splitlines()[-1].endswith(
       "each, sampled from the nucleus top_p 1 / 0.9)")
+  assert summary_table(dict(before, temperature=1.5), dict(after, temperature=1.0, top_p=0.9)
+                       ).splitlines()[-1].endswith(
+      "each, sampled at temperature 1.5 / 1, sampled from the nucleus top_p 1 / 0.9)")
   assert "S report r_expert" not in rows  # summaries without S's scores
   scored = [dict(before, sub_expert_mean=0.5, greedy={"accuracy": 0.5, "sub_expert_mean": 0.6,
                                                       "sub_expert_by_property": {"boss": 0.4}}),
