@@ -14,6 +14,11 @@ demo's warm start (seed 0), in the core comparison's workdir.
                  a rare sampled failure is seen and pushed down more often
   val_steps120   120 RL steps instead of 80 (the rates' cosine stretched over them): 80
                  instead of 40 gave +0.14 sampled on this split
+  val_t1.25, val_t1.5  both agents sample RL's rollouts at temperature 1.25 or 1.5 (and
+                 the update scores them there: pi_T is the policy RL improves), and are
+                 evaluated at temperature 1 (`eval.temperature`): a token of the tail that
+                 RL sees more often is pushed down more often, and logits sharp enough at
+                 T > 1 are sharper at 1
 """
 
 import importlib.util
@@ -32,6 +37,9 @@ ARMS = {
     "val_sub_mu2": {**VALIDATION, "sub.optim.iterations": 2},
     "val_k16": {**VALIDATION, "mgrpo.rollouts_per_query": 16, "mgrpo.queries_per_step": 4},
     "val_steps120": {**VALIDATION, "experiment.num_steps": 120},
+    **{f"val_t{t:g}": {**VALIDATION, "main.sampling.temperature": t,
+                       "sub.sampling.temperature": t, "eval.temperature": 1.0}
+       for t in (1.25, 1.5)},
 }
 
 

@@ -14,8 +14,9 @@ top-k/top-p filtering is on), so a run compiles at most
 top-k, top-p, max_new_tokens and the stop sequences are traced values.
 
 Log-probabilities: by default (`logprobs="model"`) each generated token's entry is
-log softmax(raw logits)[token], the unmodified model at temperature 1, which is what
-`mgrpo_jax.models.token_logprobs` computes for the trainer. `logprobs="sampling"`
+log softmax(raw logits / T)[token], the model at the sampling temperature T (T = 1 when
+greedy) without top-k or top-p, which is what `mgrpo_jax.models.token_logprobs` computes
+for the trainer at the agent's `sampling.temperature`. `logprobs="sampling"`
 reports the log-probability under the distribution actually sampled from (after
 temperature, top-k and top-p; 0 for greedy).
 
@@ -78,7 +79,8 @@ class SamplingParams:
     stop_strings: strings ending a row (matched on token ids, see `stop.py`).
     stop_sequences: extra token-id sequences ending a row.
     stop_on_eos: stop a row after it generates an EOS id.
-    logprobs: "model" (unmodified model, temperature 1) or "sampling" (sampled dist).
+    logprobs: "model" (the model at `temperature`, 1 when greedy, unfiltered: the
+      trainer's) or "sampling" (the sampled distribution, filters included).
   """
 
   max_new_tokens: int
@@ -270,7 +272,8 @@ def _generate(state, key, prompts: _Prompts, stops: _Stops, knobs: _Knobs, *,
     ids, sampled_lp = choose_tokens(jax.random.fold_in(key, step), s["logits"],
                                     knobs.temperature, knobs.top_k, knobs.top_p,
                                     program.filtering)
-    model_lp = logprobs_from_logits(s["logits"], ids)
+    model_lp = logprobs_from_logits(
+        s["logits"], ids, jnp.where(knobs.temperature > 0, knobs.temperature, 1.0))
     lp = jnp.where(knobs.sampling_logprobs, sampled_lp, model_lp)
     ids = jnp.where(done, pad_id, ids)
     lp = jnp.where(done, 0.0, lp)

@@ -160,8 +160,9 @@ class UpdateConfig:
     micro_batch_size: rows per micro-batch (0: the whole batch at once); must divide N.
     old_logp: "sampler" (pi_old = the sampler's reported log-probs) or "recompute"
       (pi_old = the current params before the update).
-    temperature: logits are divided by it before the log-softmax; 1 matches the
-      sampler's default `logprobs="model"`.
+    temperature: logits are divided by it before the log-softmax: the agent's
+      `sampling.temperature`, so that pi_theta is the policy RL samples from (the
+      sampler's `logprobs="model"` are at the same temperature).
     iterations: mu, optimizer steps on each batch (GRPO's inner iterations): every
       step's ratio is against the same pi_old, the sampler's, so the clip bounds how far
       the mu steps move the policy. mu > 1 needs old_logp="sampler".
@@ -207,13 +208,14 @@ class UpdateConfig:
     """Builds it from an agent's ConfigDict section (`config.main` or `config.sub`).
 
     Reads `loss.*` (with `loss.old_logp`), `optim.micro_batch_size`,
-    `optim.iterations`, `model.logprob_chunk`, `model.remat`, and `limits.max_context`
-    as the constant length of "seq_mean_token_sum_norm".
+    `optim.iterations`, `model.logprob_chunk`, `model.remat`, `sampling.temperature`,
+    and `limits.max_context` as the constant length of "seq_mean_token_sum_norm".
     """
     return cls(loss=LossConfig.from_config(agent["loss"],
                                            max_len=int(agent["limits"]["max_context"])),
                micro_batch_size=int(agent["optim"]["micro_batch_size"]),
                old_logp=str(agent["loss"]["old_logp"]),
+               temperature=float(agent["sampling"]["temperature"]),
                iterations=int(agent["optim"]["iterations"]),
                logprob_chunk=int(agent["model"]["logprob_chunk"]),
                remat=str(agent["model"]["remat"]))

@@ -368,5 +368,6 @@ def test_model_training_keys_are_the_trainers():
   assert model["remat"].choices == tuple(REMAT_POLICIES)
   agent = base_config().main
   agent.model.logprob_chunk, agent.model.remat = 0, "dots"
+  agent.sampling.temperature = 1.5
   update = UpdateConfig.from_config(agent)
-  assert (update.logprob_chunk, update.remat) == (0, "dots")
+  assert (update.logprob_chunk, update.remat, update.temperature) == (0, "dots", 1.5)

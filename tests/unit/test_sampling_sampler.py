@@ -45,9 +45,11 @@ def _scored(model, prompts, out, temperature=1.0):
     SamplingParams(max_new_tokens=12, temperature=0.7, top_p=0.9, top_k=50, stop_on_eos=False),
 ])
 def test_sampler_logprobs_equal_scoring_function(model, sampler, params):
+  """The model's log-probs at the sampling temperature (filters left out): the trainer's
+  pi at the agent's `sampling.temperature`."""
   out = sampler.generate(PROMPTS, params, jax.random.key(1))
   assert list(out.lengths) == [12, 12, 12]
-  for i, want in enumerate(_scored(model, PROMPTS, out)):
+  for i, want in enumerate(_scored(model, PROMPTS, out, temperature=params.temperature)):
     np.testing.assert_allclose(out.logprobs[i, :12], want, atol=1e-4, rtol=0)
 
 
@@ -69,6 +71,8 @@ def test_greedy_equals_stepwise_argmax_of_full_forward(model, sampler):
       padded[0, :len(seq)] = seq
       seq.append(int(np.argmax(forward(model, padded)[0, len(seq) - 1])))
     assert out.completion(i) == seq[len(prompt):]
+  for i, want in enumerate(_scored(model, PROMPTS, out)):  # greedy: the model at 1
+    np.testing.assert_allclose(out.logprobs[i, :6], want, atol=1e-4, rtol=0)
 
 
 def test_top_k_one_is_greedy(sampler):

@@ -268,7 +268,7 @@ def test_bad_batches_and_options_are_rejected(setup):
                   "aggregation": "token_mean", "kl_coef": 0.1, "kl_estimator": "k3",
                   "clip_ratio_c": 0.0, "old_logp": "sampler", "entropy_coef": 0.0},
          "optim": {"micro_batch_size": 0, "iterations": 1}, "limits": {"max_context": 64},
-         "model": {"logprob_chunk": 64, "remat": "none"}}),
+         "model": {"logprob_chunk": 64, "remat": "none"}, "sampling": {"temperature": 1.0}}),
         N)
 
 
