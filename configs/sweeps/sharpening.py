@@ -19,6 +19,9 @@ demo's warm start (seed 0), in the core comparison's workdir.
                  evaluated at temperature 1 (`eval.temperature`): a token of the tail that
                  RL sees more often is pushed down more often, and logits sharp enough at
                  T > 1 are sharper at 1
+  val_small      both agents twice as wide (`model.preset=small`: 128 wide, MLP 384, 2
+                 layers) with their own warm start: whether the tail is what 64 widths
+                 can resolve
 """
 
 import importlib.util
@@ -40,11 +43,13 @@ ARMS = {
     **{f"val_t{t:g}": {**VALIDATION, "main.sampling.temperature": t,
                        "sub.sampling.temperature": t, "eval.temperature": 1.0}
        for t in (1.25, 1.5)},
+    "val_small": {**VALIDATION, "main.model.preset": "small", "sub.model.preset": "small"},
 }
+OWN_WARM_START = ("val_small",)  # other models than the demo's: a warm start of their own
 
 
 def get_sweep() -> Sweep:
   runs = comparison.arm_runs(ARMS, (0,))
-  runs = tuple(comparison.arm_run(run, run.overrides["experiment.name"], "multi")
-               for run in runs)
+  runs = tuple(comparison.arm_run(run, arm, arm if arm in OWN_WARM_START else "multi")
+               for run in runs for arm in (run.overrides["experiment.name"],))
   return Sweep(name=comparison.NAME, base_config="configs/local_demo.py", runs=runs)
