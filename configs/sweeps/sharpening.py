@@ -21,7 +21,7 @@ demo's warm start (seed 0), in the core comparison's workdir.
                  T > 1 are sharper at 1
   val_small      both agents twice as wide (`model.preset=small`: 128 wide, MLP 384, 2
                  layers) with their own warm start: whether the tail is what 64 widths
-                 can resolve
+                 can resolve; `val_small_half` the same at half the demo's RL rates
 """
 
 import importlib.util
@@ -45,11 +45,14 @@ ARMS = {
        for t in (1.25, 1.5)},
     "val_small": {**VALIDATION, "main.model.preset": "small", "sub.model.preset": "small"},
 }
-OWN_WARM_START = ("val_small",)  # other models than the demo's: a warm start of their own
+ARMS["val_small_half"] = {**ARMS["val_small"], "main.optim.learning_rate": 5e-4,
+                          "sub.optim.learning_rate": 1.5e-3}
+# Arms of other models than the demo's, and the warm start each starts from.
+OWN_WARM_START = {"val_small": "val_small", "val_small_half": "val_small"}
 
 
 def get_sweep() -> Sweep:
   runs = comparison.arm_runs(ARMS, (0,))
-  runs = tuple(comparison.arm_run(run, arm, arm if arm in OWN_WARM_START else "multi")
+  runs = tuple(comparison.arm_run(run, arm, OWN_WARM_START.get(arm, "multi"))
                for run in runs for arm in (run.overrides["experiment.name"],))
   return Sweep(name=comparison.NAME, base_config="configs/local_demo.py", runs=runs)
