@@ -51,8 +51,12 @@ ARMS["val_small_half"] = {**ARMS["val_small"], "main.optim.learning_rate": 5e-4,
 OWN_WARM_START = {"val_small": "val_small", "val_small_half": "val_small"}
 
 
+def _from_its_warm_start(run):
+  """`run` started from the team's warm start, or from its arm's in OWN_WARM_START."""
+  arm = run.overrides["experiment.name"]
+  return comparison.arm_run(run, arm, OWN_WARM_START.get(arm, "multi"))
+
+
 def get_sweep() -> Sweep:
-  runs = comparison.arm_runs(ARMS, (0,))
-  runs = tuple(comparison.arm_run(run, arm, OWN_WARM_START.get(arm, "multi"))
-               for run in runs for arm in (run.overrides["experiment.name"],))
+  runs = tuple(_from_its_warm_start(run) for run in comparison.arm_runs(ARMS, (0,)))
   return Sweep(name=comparison.NAME, base_config="configs/local_demo.py", runs=runs)
