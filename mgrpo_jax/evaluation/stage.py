@@ -121,7 +121,7 @@ def run_evaluation(config, mode: Mode, paths: RunPaths, label: str,
   write_page(config, paths, label, result, summary)
   atomic_write(_summary_path(paths, label), json.dumps(summary, indent=1).encode())
   log(f"eval {label}: accuracy {summary['accuracy']:.3f} +- {summary['accuracy_ci95']:.3f} "
-      f"on {summary['num_questions']} test questions ({summary['seconds']:.0f} s)")
+      f"on {summary['num_questions']} {config.eval.split} questions ({summary['seconds']:.0f} s)")
   return summary
 
 

@@ -183,6 +183,12 @@ def test_an_evaluation_says_what_it_evaluates_as_it_starts_and_its_result_as_it_
   stage.run_evaluation(config, parse_mode("mgrpo"), paths, "step_5", {}, greedy_only=True,
                        step=5)  # done: quiet
   assert capsys.readouterr().out == ""
+  config.eval.split = "validation"  # both lines name the split evaluated
+  stage.run_evaluation(config, parse_mode("mgrpo"), _paths(tmp_path, "val-s0"), "step_5", {},
+                       greedy_only=True, step=5)
+  lines = capsys.readouterr().out.splitlines()
+  assert "on up to 40 validation questions" in lines[0]
+  assert " on 40 validation questions (" in lines[2]
   config.eval.top_p = 0.9  # other settings: evaluated again
   stage.run_evaluation(config, parse_mode("mgrpo"), paths, "step_5", {}, greedy_only=True,
                        step=5)
