@@ -1,11 +1,12 @@
 """What sharpens the team's sampled policy: arms chosen on the validation split (50
 questions of the training world, 4 samples each), never on the test world, from the
-demo's warm start (seed 0), in the core comparison's workdir.
+comparison's 6-pass warm start of the team (seed 0), in the core comparison's workdir.
+`val_epochs12` is what the demo took (12 passes, docs/RESULTS.md).
 
   python launch/sweep.py --sweep=configs/sweeps/sharpening.py --parallel=2
   python launch/compare.py --workdir=runs/paper_comparison --group_by=experiment.name
 
-  val_demo       the demo, evaluated on the validation split (the reference)
+  val_demo       the 6-pass demo, evaluated on the validation split (the reference)
   val_sub_mu2    S takes two optimizer steps on each RL batch (`sub.optim.iterations=2`,
                  both against the sampler's log-probs, so the clip bounds how far they
                  move S): S's sampled reports are what the chains lose
@@ -22,6 +23,13 @@ demo's warm start (seed 0), in the core comparison's workdir.
   val_small      both agents twice as wide (`model.preset=small`: 128 wide, MLP 384, 2
                  layers) with their own warm start: whether the tail is what 64 widths
                  can resolve; `val_small_half` the same at half the demo's RL rates
+  val_epochs12   the warm start's SFT twice as long (`warm_start.epochs=12`, its own warm
+                 start): the sampled failures are copies at probabilities below 0.01, the
+                 residue of the SFT's NLL, which RL's 80 steps lower slowly
+  val_epochs12_b32  the same 12 epochs in batches of 32 rows (`warm_start.batch_rows=32`):
+                 as many SFT steps as the demo's, each on twice the rows
+  val_no_copy    no copy curriculum before the SFT (`warm_start.copy_steps=0`, its own
+                 warm start): what its 200 steps (33 s of the demo) are worth
 """
 
 import importlib.util
@@ -47,8 +55,13 @@ ARMS = {
 }
 ARMS["val_small_half"] = {**ARMS["val_small"], "main.optim.learning_rate": 5e-4,
                           "sub.optim.learning_rate": 1.5e-3}
-# Arms of other models than the demo's, and the warm start each starts from.
-OWN_WARM_START = {"val_small": "val_small", "val_small_half": "val_small"}
+ARMS["val_epochs12"] = {**VALIDATION, "warm_start.epochs": 12}
+ARMS["val_epochs12_b32"] = {**ARMS["val_epochs12"], "warm_start.batch_rows": 32}
+ARMS["val_no_copy"] = {**VALIDATION, "warm_start.copy_steps": 0}
+# Arms of another model or warm start than the demo's, and the warm start each starts from.
+OWN_WARM_START = {"val_small": "val_small", "val_small_half": "val_small",
+                  "val_epochs12": "val_epochs12", "val_epochs12_b32": "val_epochs12_b32",
+                  "val_no_copy": "val_no_copy"}
 
 
 def _from_its_warm_start(run):

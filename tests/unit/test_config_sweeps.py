@@ -75,6 +75,7 @@ def test_paper_comparison_is_arms_by_seeds_with_run_ids():
     assert dict(run.overrides) == {**own, "experiment.seed": seed,
                                    "experiment.name": arm, "experiment.run_id": run.name,
                                    "warm_start.dir": f"../warm_start/{team}-s{seed}",
+                                   "warm_start.epochs": 6,
                                    "experiment.compilation_cache_dir": "../jax_cache"}
 
 
@@ -128,7 +129,7 @@ def test_learning_rate_sweep_is_main_by_sub_by_seed():
   assert dict(sweep.runs[2].overrides) == {
       "main.optim.learning_rate": 1e-3, "sub.optim.learning_rate": 1e-3,
       "experiment.seed": 0, "experiment.run_id": "mlr0.001-slr0.001-s0",
-      "experiment.compilation_cache_dir": "../jax_cache"}
+      "experiment.compilation_cache_dir": "../jax_cache", "warm_start.epochs": 6}
 
 
 def test_grid_is_the_cartesian_product_first_axis_slowest():
@@ -351,3 +352,23 @@ def test_arbitrary_values_round_trip_through_the_shell_and_the_config_flag(
   expected = base.copy_and_resolve_references()
   apply_overrides(expected, overrides)
   assert config.to_dict() == expected.to_dict()  # and nothing else changed
+
+
+def test_each_tables_command_keeps_the_warm_start_its_table_was_measured_with():
+  """The demo fine-tunes 12 passes; the tables measured at 6 (the comparison's sweeps, the
+  learning-rate sweep, the shortened demo, the alignment mix, stage 2) still get 6, and the
+  sharpening arm that chose 12 gets 12."""
+  def epochs(base: str, overrides=()) -> int:
+    config = load_config_file(base, ROOT)
+    apply_overrides(config, dict(overrides))
+    return int(config.warm_start.epochs)
+
+  assert epochs("configs/local_demo.py") == 12
+  for preset in ("short", "delegations", "two_stage"):
+    assert epochs(f"configs/local_demo.py:{preset}") == 6, preset
+  for path in ("paper_comparison", "paper_arms", "synchronization", "learning_rate",
+               "sharpening", "alignment_mix", "test_worlds"):
+    sweep = load_sweep(f"configs/sweeps/{path}.py", root=ROOT)
+    for run in sweep.runs:
+      expected = 12 if path == "test_worlds" or run.name.startswith("val_epochs12") else 6
+      assert epochs(sweep.base_config, run.overrides) == expected, run.name
