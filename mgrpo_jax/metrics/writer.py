@@ -18,8 +18,6 @@ import pathlib
 import time
 from collections.abc import Mapping
 
-from tensorboardX import SummaryWriter
-
 from mgrpo_jax.metrics.wandb_run import WandbRun
 
 PROVISIONAL = "provisional"  # the key that marks a step's provisional line
@@ -43,7 +41,7 @@ class MetricsWriter:
     self.path = self.logdir / filename
     self._written = _fully_written_steps(self.path)
     self._file = self.path.open("a", encoding="utf-8")
-    self._tb = SummaryWriter(str(self.logdir / "tensorboard")) if tensorboard else None
+    self._tb = _summary_writer(self.logdir / "tensorboard") if tensorboard else None
     self._wandb = wandb_run
 
   def write(self, step: int, scalars: Mapping[str, float], *, provisional: bool = False
@@ -133,3 +131,10 @@ def read_metrics(path: str | pathlib.Path) -> list[dict[str, float]]:
   """
   by_step = {record["step"]: record for record in _records(pathlib.Path(path))}
   return [by_step[s] for s in sorted(by_step)]
+
+
+def _summary_writer(logdir: pathlib.Path):
+  """A TensorBoard event writer in `logdir`, imported only by the processes that write
+  events (tensorboardX imports google-cloud-storage: 0.3 s of every process's start)."""
+  from tensorboardX import SummaryWriter  # pylint: disable=import-outside-toplevel
+  return SummaryWriter(str(logdir))
