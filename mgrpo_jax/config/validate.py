@@ -201,6 +201,11 @@ def _check_learning(config: Mapping[str, Any]) -> None:
   warm_start = config["warm_start"]
   if warm_start["enabled"] and warm_start["learning_rate"] == 0:
     _fail("warm_start.learning_rate", "warm_start.enabled trains the agents: must be > 0")
+  for role in mode.agents:
+    micro = config[role]["optim"]["micro_batch_size"]
+    if warm_start["enabled"] and micro and warm_start["batch_rows"] % micro:
+      _fail(f"{role}.optim.micro_batch_size", f"the warm start's updates are micro-batched "
+            f"too: must divide warm_start.batch_rows = {warm_start['batch_rows']}, got {micro}")
   curriculum = config["curriculum"]
   if curriculum["stage2_steps"] and curriculum["learning_rate_scale"] == 0:
     _fail("curriculum.learning_rate_scale", "stage 2 trains the agents: must be > 0")

@@ -180,6 +180,7 @@ def warm_start_agent(config, mode: Mode, workdir: str, role: str) -> None:
                          buckets=SFT_BUCKETS, length_groups=SFT_LENGTH_GROUPS,
                          nll_every_epoch=False, nll_sequences=NLL_SEQUENCES,
                          remat=setups[role].update.remat,
+                         micro_batch_size=setups[role].update.micro_batch_size,
                          seed=agent_setup.derive_seed(seed, "sft", role))
   optim = warm_start_optimizer(ws, len(sequences), sft_config)
   mesh = create_mesh(setups[role].mesh)
@@ -252,7 +253,8 @@ def _learn_to_copy(role: str, state, layout, demonstrations, steps: int, window_
   }
   config = SFTConfig(epochs=1, batch_rows=rows, buckets=(COPY_LENGTH,),
                      seed=sft_config.seed, nll_every_epoch=False,
-                     nll_sequences=NLL_SEQUENCES)
+                     nll_sequences=NLL_SEQUENCES,
+                     micro_batch_size=sft_config.micro_batch_size)
   summary: dict[str, Any] = {}
   for phase, (count, sequences) in phases.items():
     if count:

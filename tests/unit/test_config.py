@@ -272,6 +272,9 @@ def test_the_service_part_limit_holds_a_delegation_and_stays_under_the_request_l
      r"'main\.optim\.micro_batch_size': must divide the main agent's batch rows 16"),
     ({"sub.optim.micro_batch_size": 96},
      r"'sub\.optim\.micro_batch_size': must divide the sub agent's batch rows 128"),
+    ({"warm_start.enabled": True, "warm_start.batch_rows": 12, "main.optim.micro_batch_size": 8},
+     r"'main\.optim\.micro_batch_size': the warm start's updates are micro-batched too: "
+     r"must divide warm_start\.batch_rows = 12, got 8"),
     ({"main.limits.shortest_train_length": 2048},
      r"'main\.limits\.shortest_train_length': must be at most main\.limits\.max_context = "
      r"1024"),
