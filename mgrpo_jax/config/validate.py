@@ -143,13 +143,16 @@ def _check_cross_keys(config: Mapping[str, Any]) -> None:
   _check_serving(config["serving"])
   _check_rewards(config["rewards"])
   _check_learning(config)
+  mode = parse_mode(experiment["mode"])
   rollouts = mgrpo["queries_per_step"] * mgrpo["rollouts_per_query"]
   rows = {"main": rollouts,
           # the sub slice trains S on [B * K * D] rows
-          "sub": rollouts * mgrpo["aligned_sub_calls"]
-                 if parse_mode(experiment["mode"]).sub_trained else 0}
+          "sub": rollouts * mgrpo["aligned_sub_calls"] if mode.sub_trained else 0}
+  warm_start = config["warm_start"]
   for role in ("main", "sub"):
-    _check_agent(role, config[role], experiment["num_steps"], rows[role])
+    warm_rows = (warm_start["batch_rows"]
+                 if warm_start["enabled"] and role in mode.agents else 0)
+    _check_agent(role, config[role], experiment["num_steps"], rows[role], warm_rows)
 
 
 def _check_serving(serving: Mapping[str, Any]) -> None:
@@ -201,11 +204,6 @@ def _check_learning(config: Mapping[str, Any]) -> None:
   warm_start = config["warm_start"]
   if warm_start["enabled"] and warm_start["learning_rate"] == 0:
     _fail("warm_start.learning_rate", "warm_start.enabled trains the agents: must be > 0")
-  for role in mode.agents:
-    micro = config[role]["optim"]["micro_batch_size"]
-    if warm_start["enabled"] and micro and warm_start["batch_rows"] % micro:
-      _fail(f"{role}.optim.micro_batch_size", f"the warm start's updates are micro-batched "
-            f"too: must divide warm_start.batch_rows = {warm_start['batch_rows']}, got {micro}")
   curriculum = config["curriculum"]
   if curriculum["stage2_steps"] and curriculum["learning_rate_scale"] == 0:
     _fail("curriculum.learning_rate_scale", "stage 2 trains the agents: must be > 0")
@@ -225,8 +223,10 @@ def check_environment(config: Mapping[str, Any]) -> None:
       _fail(f"serving.{key}", f"{serving[key]} is not a readable file")
 
 
-def _check_agent(role: str, agent: Mapping[str, Any], num_steps: int, rows: int) -> None:
-  """One agent's cross-key rules; `rows`: its RL batch rows (0: fixed by the mode)."""
+def _check_agent(role: str, agent: Mapping[str, Any], num_steps: int, rows: int,
+                 warm_rows: int) -> None:
+  """One agent's cross-key rules; `rows`: its RL batch rows (0: fixed by the mode);
+  `warm_rows`: its warm start's batch rows (0: no warm start)."""
   new_tokens, context = agent["sampling"]["max_new_tokens"], agent["limits"]["max_context"]
   if new_tokens >= context:
     _fail(f"{role}.sampling.max_new_tokens", f"must be < {role}.limits.max_context = "
@@ -258,6 +258,9 @@ def _check_agent(role: str, agent: Mapping[str, Any], num_steps: int, rows: int)
     _fail(f"{role}.optim.micro_batch_size", f"must divide the {role} agent's batch rows "
           f"{rows} (queries_per_step x rollouts_per_query"
           f"{' x aligned_sub_calls' if role == 'sub' else ''}), got {micro}")
+  if micro and warm_rows and warm_rows % micro:
+    _fail(f"{role}.optim.micro_batch_size", f"the warm start's updates are micro-batched "
+          f"too: must divide warm_start.batch_rows = {warm_rows}, got {micro}")
   if agent["model"]["attention"] == "cudnn" and agent["model"]["dtype"] != "bfloat16":
     _fail(f"{role}.model.attention", f"'cudnn' needs {role}.model.dtype='bfloat16' (cuDNN "
           f"flash attention has no float32 kernel), got {agent['model']['dtype']!r}")
