@@ -2,8 +2,9 @@
 
 `base` defines `ToolResult`, `Tool` and `ToolRegistry` (JSON-argument dispatch by name;
 tools never raise). `search` holds the SQLite FTS5 index, `reason` the bounded
-evaluator. This package imports nothing of the project (standard library only): `tasks`
-and `agents` both build on it.
+evaluator, `web` the search and visit on the web (`tools.backend=web`). This package
+imports nothing of the project (standard library only, and trafilatura for the web's
+pages): `tasks` and `agents` both build on it.
 """
 
 from __future__ import annotations
