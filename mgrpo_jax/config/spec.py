@@ -255,6 +255,51 @@ SPEC: dict[str, Any] = {
     "tools": {
         "search_top_n": Field(5, "Hits a search returns.", low=1, high=50),
         "visit_chars": Field(1500, "Characters of a page a visit returns at most.", low=50),
+        "backend": Field("offline", "What S's search and visit read: `offline` (the world's "
+                         "SQLite FTS5 index) or `web` (a search API and real pages, "
+                         "`tools.web.*`; docs/OWN_DATA.md). The warm start's scripted "
+                         "demonstrations read the generated world either way.",
+                         choices=("offline", "web")),
+        "web": {
+            "search_kind": Field("searxng", "The search API: `searxng` (a SearXNG instance's "
+                                 "JSON API) or `http` (a generic JSON API described by the "
+                                 "keys below).", choices=("searxng", "http")),
+            "search_url": Field("", "The SearXNG instance (e.g. http://localhost:8888; "
+                                "/search is added) or the generic API's endpoint."),
+            "search_params": Field("", "More query parameters of every search, URL-encoded "
+                                   "(e.g. 'language=en&count=10')."),
+            "query_param": Field("q", "The generic API's query parameter.",
+                                 allow_empty=False),
+            "api_key_env": Field("", "The environment variable holding the search API's key "
+                                 "(empty: no key); it is sent in api_key_header, never "
+                                 "written to the cache."),
+            "api_key_header": Field("Authorization", "The header carrying the API key, its "
+                                    "value the variable's verbatim (e.g. 'Bearer ...').",
+                                    allow_empty=False),
+            "results_field": Field("results", "The generic API's list of hits in its JSON: "
+                                   "a dotted path (e.g. 'data.items'); digits index lists.",
+                                   allow_empty=False),
+            "title_field": Field("title", "A hit's title, a dotted path within the hit.",
+                                 allow_empty=False),
+            "url_field": Field("url", "A hit's URL, a dotted path within the hit.",
+                               allow_empty=False),
+            "snippet_field": Field("content", "A hit's snippet, a dotted path within the hit.",
+                                   allow_empty=False),
+            "timeout_s": Field(10.0, "Seconds one request may take, body included.",
+                               low=0.01),
+            "max_bytes": Field(2_000_000, "The largest answer read; a larger one is a "
+                               "`too_large` error.", low=1024),
+            "retries": Field(2, "Attempts after the first for timeouts, lost connections, "
+                             "5xx, 408 and 429.", low=0, high=10),
+            "backoff_s": Field(0.5, "Seconds before the first retry; each later one waits "
+                               "twice the one before.", low=0.0),
+            "min_host_interval_s": Field(1.0, "Seconds between the starts of two requests to "
+                                         "one host.", low=0.0),
+            "cache_dir": Field("", "Folder recording every answer by request, to replay a "
+                               "run (empty: no cache)."),
+            "replay_only": Field(False, "Answer every request from tools.web.cache_dir, never "
+                                 "the network: a miss is a `replay_miss` error observation."),
+        },
     },
     "warm_start": {
         "enabled": Field(False, "Stage 1 before RL (`--slice=all`): supervised fine-tuning of "

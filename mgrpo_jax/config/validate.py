@@ -14,6 +14,7 @@ import math
 import os
 import pathlib
 import re
+import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
@@ -136,6 +137,7 @@ def _check_cross_keys(config: Mapping[str, Any]) -> None:
   if config["curriculum"]["stage2_steps"] and config["world"]["source"] != "generated":
     _fail("curriculum.stage2_steps", "stage 2 draws the generated world's stage-2 questions; "
           f"world.source={config['world']['source']!r} has one questions file")
+  _check_tools(config)
   checkpoint = config["checkpoint"]
   if checkpoint["keep"] < mgrpo["staleness"] + 1:
     _fail("checkpoint.keep", f"must be >= mgrpo.staleness + 1 = {mgrpo['staleness'] + 1} "
@@ -209,9 +211,38 @@ def _check_learning(config: Mapping[str, Any]) -> None:
     _fail("curriculum.learning_rate_scale", "stage 2 trains the agents: must be > 0")
 
 
+def _check_tools(config: Mapping[str, Any]) -> None:
+  """The web tools' keys: an http(s) search URL (required by the web backend), parsable
+  extra parameters, a cache to replay from, one world (the web is one)."""
+  tools, web = config["tools"], config["tools"]["web"]
+  try:
+    url = urllib.parse.urlsplit(web["search_url"])
+    web_url = url.scheme in ("http", "https") and bool(url.hostname)
+  except ValueError:  # e.g. an unclosed IPv6 bracket
+    web_url = False
+  if web["search_url"] and not web_url:
+    _fail("tools.web.search_url", f"expected an http(s) URL with a host, got "
+          f"{web['search_url']!r}")
+  if tools["backend"] == "web" and not web["search_url"]:
+    _fail("tools.web.search_url", "tools.backend='web' searches through it: set the "
+          "SearXNG instance's or the search API's URL, e.g. http://localhost:8888")
+  try:
+    urllib.parse.parse_qsl(web["search_params"], strict_parsing=True)
+  except ValueError as e:
+    _fail("tools.web.search_params", f"expected URL-encoded parameters such as "
+          f"'language=en&count=10', got {web['search_params']!r} ({e})")
+  if web["replay_only"] and not web["cache_dir"]:
+    _fail("tools.web.replay_only", "replays the answers recorded in tools.web.cache_dir, "
+          "which is empty")
+  if tools["backend"] == "web" and config["world"]["train_worlds"] > 1:
+    _fail("tools.backend", f"'web' is one world: world.train_worlds must be 1, got "
+          f"{config['world']['train_worlds']}")
+
+
 def check_environment(config: Mapping[str, Any]) -> None:
   """What a valid config names outside itself, checked before a slice starts: the token's
-  environment variable is set and the TLS files are readable (ConfigError naming the key)."""
+  and the search API key's environment variables are set and the TLS files are readable
+  (ConfigError naming the key)."""
   serving = config["serving"]
   if serving["token_env"] and not os.environ.get(serving["token_env"]):
     _fail("serving.token_env", f"names the environment variable {serving['token_env']!r}, "
@@ -221,6 +252,11 @@ def check_environment(config: Mapping[str, Any]) -> None:
     path = pathlib.Path(serving[key])
     if serving[key] and not (path.is_file() and os.access(path, os.R_OK)):
       _fail(f"serving.{key}", f"{serving[key]} is not a readable file")
+  web = config["tools"]["web"]
+  if (config["tools"]["backend"] == "web" and web["api_key_env"] and not web["replay_only"]
+      and not os.environ.get(web["api_key_env"])):
+    _fail("tools.web.api_key_env", f"names the environment variable {web['api_key_env']!r}, "
+          "which is unset or empty: the search API's key")
 
 
 def _check_agent(role: str, agent: Mapping[str, Any], num_steps: int, rows: int,
