@@ -45,6 +45,7 @@ from mgrpo_jax.models.lora import with_lora
 from mgrpo_jax.sampling import Sampler, SamplerConfig, SamplingParams
 from mgrpo_jax.text import DEFAULT_USER_DEFINED_SYMBOLS, SentencePieceTokenizer, Tokenizer
 from mgrpo_jax.tools import ToolRegistry, index_registry, world_index
+from mgrpo_jax.tools.web import WebSettings, web_registry
 from mgrpo_jax.training.agent_config import AgentSetup, agent_limits
 from mgrpo_jax.training.checkpoint import restore_params
 from mgrpo_jax.training.mesh import create_mesh
@@ -196,18 +197,25 @@ def agent_specs(config, mode: Mode) -> tuple[specs.AgentSpec, specs.AgentSpec]:
           specs.spec_for("sub", style, extra["sub"]))
 
 
-def tool_registry(world_path: pathlib.Path, config, *, world: str = "train_world"
-                  ) -> ToolRegistry:
+def tool_registry(world_path: pathlib.Path, config, *, world: str = "train_world",
+                  offline: bool = False) -> ToolRegistry:
   """`index_tool_registry` over a built world's index ("train_world", "test_world")."""
-  return index_tool_registry(world_index(world_path, world), config)
+  return index_tool_registry(world_index(world_path, world), config, offline=offline)
 
 
-def index_tool_registry(index_path: pathlib.Path, config) -> ToolRegistry:
+def index_tool_registry(index_path: pathlib.Path, config, *, offline: bool = False
+                        ) -> ToolRegistry:
   """What every agent's tool calls run through: search / visit / reason over the SQLite
-  FTS5 index at `index_path`, sized by `tools.*`, and every role's user tools
-  (`plugins.all_user_tools`)."""
-  registry = index_registry(index_path, top_n=int(config.tools.search_top_n),
-                            visit_budget=int(config.tools.visit_chars))
+  FTS5 index at `index_path`, or with `tools.backend=web` (and not `offline`) search /
+  visit on the web (`tools.web.*`) and reason; sized by `tools.*`, and every role's
+  user tools (`plugins.all_user_tools`)."""
+  tools = config.tools
+  if tools.backend == "web" and not offline:
+    registry = web_registry(WebSettings(**tools.web.to_dict()), top_n=int(tools.search_top_n),
+                            visit_budget=int(tools.visit_chars))
+  else:
+    registry = index_registry(index_path, top_n=int(tools.search_top_n),
+                              visit_budget=int(tools.visit_chars))
   for tool in plugins.all_user_tools():
     registry.register(tool)
   return registry

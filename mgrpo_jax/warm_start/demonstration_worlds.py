@@ -10,7 +10,8 @@ World 0 is the run's own training world (its built index, the world RL trains on
 worlds 1..W-1 are generated from seeds derived from `world.seed` with none of the test
 world's names, so the held-out split stays unseen, and each gets its own SQLite FTS5
 index under `<folder>/worlds/`. `warm_start.num_questions` questions of the configured
-stage are split evenly over the W = `warm_start.num_worlds` worlds.
+stage are split evenly over the W = `warm_start.num_worlds` worlds. Their tools search
+the worlds' indexes whatever `tools.backend` says: the scripted oracles read these pages.
 """
 
 from __future__ import annotations
@@ -57,14 +58,14 @@ def demonstration_worlds(config, world_path: pathlib.Path, folder: pathlib.Path,
   out = []
   for index, count in enumerate(counts):
     if index == 0:
-      source, registry = train_world, agent_setup.tool_registry(world_path, config)
+      source, registry = train_world, agent_setup.tool_registry(world_path, config, offline=True)
     else:
       source = rendering.generate(world.size,
                                   derived_world_seed(world, "demonstration_world", index),
                                   frozenset(test_world.names))
       index_path = folder / "worlds" / f"world_{index}.sqlite"
       ensure_world_index(rendering, source, index_path)
-      registry = agent_setup.index_tool_registry(index_path, config)
+      registry = agent_setup.index_tool_registry(index_path, config, offline=True)
     names = ("demonstration_questions",) + ((index,) if index else ())
     seed = agent_setup.derive_seed(run_seed, *names) % 2**16
     prefix = f"demo-w{index}" if index else "demo"

@@ -26,13 +26,13 @@ CONFIG_NAME = "warm_start_config.json"
 # Keys (or groups, ending in ".") the warm start never reads: the run's names and
 # length, RL's batch, advantages, rewards, optimizer and loss, where and how things are
 # stored, served, logged and evaluated, and the checkpoints the RL slices start from
-# (the warm start itself), and the lengths RL batches are padded to. `mgrpo.max_sub_calls`
-# is read: it bounds the demonstrations' delegations. `experiment.mode` enters as
-# `mode_values`.
+# (the warm start itself), and the lengths RL batches are padded to, and RL's tool backend
+# (the demonstrations read the generated worlds' indexes). `mgrpo.max_sub_calls` is read:
+# it bounds the demonstrations' delegations. `experiment.mode` enters as `mode_values`.
 NOT_WARM_STARTED = (
     "experiment.name", "experiment.run_id", "experiment.mode", "experiment.num_steps",
     "experiment.compilation_cache_dir", "logging.", "eval.", "serving.", "store.",
-    "checkpoint.", "rewards.", "curriculum.", "warm_start.dir",
+    "checkpoint.", "rewards.", "curriculum.", "warm_start.dir", "tools.backend", "tools.web.",
     "mgrpo.queries_per_step", "mgrpo.rollouts_per_query", "mgrpo.aligned_sub_calls",
     "mgrpo.alignment", "mgrpo.duplicate_weight", "mgrpo.advantage_std",
     "mgrpo.advantage_eps", "mgrpo.staleness",

@@ -43,7 +43,7 @@ def test_rl_keys_are_not_recorded_and_the_warm_start_s_inputs_are():
   for key in ("experiment.num_steps", "experiment.run_id", "mgrpo.queries_per_step",
               "main.optim.learning_rate", "sub.loss.clip_low", "eval.num_questions",
               "warm_start.dir", "main.model.init_checkpoint", "main.sampling.temperature",
-              "sub.limits.shortest_train_length"):
+              "sub.limits.shortest_train_length", "tools.backend", "tools.web.search_url"):
     assert key not in values, key
   for key in ("experiment.seed", "world.test_seed", "warm_start.num_questions",
               "main.model.preset", "sub.limits.max_context", "mgrpo.max_sub_calls",
