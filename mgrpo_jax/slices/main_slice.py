@@ -62,6 +62,7 @@ from mgrpo_jax.store.errors import StoreTimeoutError
 from mgrpo_jax.store.folder import Folder
 from mgrpo_jax.store.schema import MainOutcomes, ack_key
 from mgrpo_jax.tasks.judges import ExactMatchJudge
+from mgrpo_jax.tools.web import web_scalars
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.batching import TrainBatch, pack_sequences
 from mgrpo_jax.training.data import QueryStream
@@ -176,6 +177,7 @@ def run_main_slice(config, mode: Mode, workdir: str) -> None:
     scalars.update(outcome.scalars())
     scalars.update({f"main/update/{k}": v for k, v in metrics.items()})
     scalars.update(rollouts.stats)
+    scalars.update(web_scalars(rt.registry))  # the web tools' counts ({} offline)
     throughput = _throughput(rollouts, metrics, timer)  # phases the commit does not touch
     rt.step_log.record_before_commit(step, scalars, timer, throughput)
     rt.checkpoint(timer, {"steps_done": step + 1, "data_iterator": stream.get_state(),

@@ -57,6 +57,7 @@ from mgrpo_jax.slices.faults import crash_point
 from mgrpo_jax.slices.runtime import SliceRuntime, open_runtime
 from mgrpo_jax.slices.sub_queue import QueuedCall, SubCallQueue
 from mgrpo_jax.store.schema import MainOutcomes, ack_key, outcomes_key
+from mgrpo_jax.tools.web import web_scalars
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.batching import TrainBatch
 
@@ -111,6 +112,8 @@ def run_sub_slice(config, mode: Mode, workdir: str) -> None:
                  if rt.is_writer else {})
       if queue is not None:
         scalars.update(queue.scalars)
+      if rt.is_writer:  # the service's web tools' counts ({} offline)
+        scalars.update(web_scalars(rt.registry))
       metrics = _train(rt, sub_step, timer) if trains else None
       if metrics is not None:
         scalars.update({f"sub/update/{k}": v for k, v in metrics.items()})
