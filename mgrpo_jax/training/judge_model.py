@@ -40,23 +40,23 @@ SCRATCH_CONTEXT = 4096
 
 @dataclasses.dataclass(frozen=True)
 class JudgeSettings:
-  """The `rewards.judge.*` settings (config/spec.py says what each means)."""
+  """The `rewards.judge.*` settings (config/spec.py declares them, defaults included)."""
 
   preset: str
-  checkpoint: str = ""
-  tokenizer: str = ""
-  chat_template: str = "auto"
-  dtype: str = "float32"
-  max_new_tokens: int = 64
-  temperature: float = 0.0
-  top_k: int = 0
-  top_p: float = 1.0
-  batch_size: int = 16
-  cache_dir: str = "../judge_cache"
-  failure_score: float = 0.0
-  evidence_chars: int = 2000
-  answer_prompt: str = ""
-  expert_prompt: str = ""
+  checkpoint: str
+  tokenizer: str
+  chat_template: str
+  dtype: str
+  max_new_tokens: int
+  temperature: float
+  top_k: int
+  top_p: float
+  batch_size: int
+  cache_dir: str
+  failure_score: float
+  evidence_chars: int
+  answer_prompt: str
+  expert_prompt: str
 
   @classmethod
   def from_config(cls, rewards: Any) -> JudgeSettings:

@@ -12,6 +12,7 @@ import pytest
 from mgrpo_jax.agents import protocol
 from mgrpo_jax.agents.records import SubRecord
 from mgrpo_jax.agents.scoring import evidence, score, score_sub
+from mgrpo_jax.config import base_config
 from mgrpo_jax.tasks.judge_cache import JudgeCache
 from mgrpo_jax.tasks.judges import AnswerItem, ExactMatchJudge
 from mgrpo_jax.tasks.model_judge import (
@@ -96,7 +97,7 @@ def test_a_batch_of_the_wrong_length_is_an_error_naming_the_judge():
 
 def test_model_judges_score_a_batch_as_their_per_item_calls(tmp_path):
   cache = JudgeCache(tmp_path)
-  model = SamplerJudgeModel(JudgeSettings(preset="smollm2_135m"))
+  model = SamplerJudgeModel(JudgeSettings.from_config(base_config().rewards))
   answer = ModelJudge(model, JudgePrompt.load(PROMPTS / "answer.txt", ANSWER_FIELDS), cache,
                       ANSWER_VERDICTS, failure_score=0.0)
   expert = ModelJudge(model, JudgePrompt.load(PROMPTS / "expert.txt", EXPERT_FIELDS), cache,

@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from mgrpo_jax.config import ConfigError, apply_overrides, base_config, validate
+from mgrpo_jax.training.judge_model import JudgeSettings
 
 _WEIGHTLESS = {"rewards.answer_judge": "model", "rewards.judge.preset": "tiny"}
 
@@ -48,3 +51,10 @@ def test_judge_settings_that_work_validate(overrides):
   config = base_config()
   apply_overrides(config, overrides)
   validate(config)
+
+
+def test_the_judge_settings_read_every_judge_key():
+  judge = base_config().rewards.judge
+  settings = JudgeSettings.from_config(base_config().rewards)
+  assert {f.name for f in dataclasses.fields(JudgeSettings)} == set(judge)
+  assert all(getattr(settings, name) == judge[name] for name in judge)

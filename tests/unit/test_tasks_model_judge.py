@@ -12,6 +12,7 @@ import types
 
 import pytest
 
+from mgrpo_jax.config import base_config
 from mgrpo_jax.tasks.judge_cache import JudgeCache
 from mgrpo_jax.tasks.judges import AnswerItem, ReportItem
 from mgrpo_jax.tasks.model_judge import (
@@ -28,7 +29,7 @@ from mgrpo_jax.tasks.model_judge import (
 )
 from mgrpo_jax.training.judge_model import JudgeSettings, SamplerJudgeModel
 
-SETTINGS = JudgeSettings(preset="smollm2_135m")
+SETTINGS = JudgeSettings.from_config(base_config().rewards)  # smollm2_135m
 TASK = types.SimpleNamespace(id="q0", text="Who founded Velora Trust?", answer="Amon Kesh")
 
 
