@@ -13,6 +13,16 @@ Replaceable components and the signature each must have:
 - `sub_reward_fn`: R_S as `fn(format_ok, main_correct, expert, *, b1, b2, b3) -> array`,
   like the presets of `mgrpo_jax.core.rewards.SUB_REWARDS` (e.g. [Q, K, D]); a bound one
   replaces the preset `rewards.sub_reward` names.
+- `answer_judge`: r_correct of M's answers, a `mgrpo_jax.tasks.judges.AnswerJudge`:
+  `judge(task, prediction) -> 0/1` (`task.text`, `task.answer`), optionally with
+  `judge.batch(items) -> [score]` over `AnswerItem`s (asked once per batch of records);
+  a bound one replaces the judge `rewards.answer_judge` names.
+- `expert_judge`: r_expert of S's reports, a `mgrpo_jax.tasks.judges.ExpertJudge`:
+  `judge(task, subtask, report) -> [0, 1]`, optionally with `judge.batch(items)` over
+  `ReportItem`s (which carry the evidence S read); it replaces `rewards.expert_judge`'s.
+  Bind a function (`@my_project.judges.lenient`) or an instance (`@my_project.MyJudge()`):
+
+    mgrpo_jax.plugins.answer_judge.fn = @my_project.judges.lenient
 - `user_tools`: extra tools of M (`main`), S (`sub`) or the single agent (`single`),
   each a factory `() -> mgrpo_jax.tools.Tool` (name, description, JSON schema of
   its keyword arguments, function returning a str or a `ToolResult`):
@@ -21,7 +31,8 @@ Replaceable components and the signature each must have:
 
 Every reward of a run, in training, evaluation and the trajectory pages, goes through
 `main_rewards` and `sub_rewards`, which call the reward functions with the config's
-weights (`core.rewards.RewardWeights`): a bound function is used everywhere.
+weights (`core.rewards.RewardWeights`): a bound function is used everywhere, and so is
+a bound judge (`training.judge_setup`).
 """
 
 from __future__ import annotations
@@ -65,17 +76,37 @@ def sub_reward_fn(preset: str = "paper", fn: Callable | None = None) -> Callable
   return rewards.SUB_REWARDS.get(preset)
 
 
+@gin.configurable(module="mgrpo_jax.plugins")
+def answer_judge(fn: Callable | None = None) -> Callable | None:
+  """The gin-bound answer judge, else None (the config's `rewards.answer_judge` decides)."""
+  return fn
+
+
+@gin.configurable(module="mgrpo_jax.plugins")
+def expert_judge(fn: Callable | None = None) -> Callable | None:
+  """The gin-bound expert judge, else None (the config's `rewards.expert_judge` decides)."""
+  return fn
+
+
 def bound_rewards() -> dict[str, str]:
-  """{binding: module.name} of each reward function bound with gin, e.g.
+  """{binding: module.name} of each reward function and judge bound with gin, e.g.
   {"mgrpo_jax.plugins.main_reward_fn.fn": "my_project.rewards.strict_reward"} ({} when
   none is): what a run's rewards depend on besides its config."""
   from mgrpo_jax.core import rewards
 
   built_in = {rewards.main_reward,
               *(rewards.SUB_REWARDS.get(name) for name in rewards.SUB_REWARDS.names())}
-  fns = {"main_reward_fn": main_reward_fn(), "sub_reward_fn": sub_reward_fn()}
-  return {f"mgrpo_jax.plugins.{name}.fn": f"{fn.__module__}.{fn.__qualname__}"
-          for name, fn in fns.items() if fn not in built_in}
+  fns = {"main_reward_fn": main_reward_fn(), "sub_reward_fn": sub_reward_fn(),
+         "answer_judge": answer_judge(), "expert_judge": expert_judge()}
+  return {f"mgrpo_jax.plugins.{name}.fn": _qualified_name(fn)
+          for name, fn in fns.items()
+          if fn is not None and all(fn is not b for b in built_in)}
+
+
+def _qualified_name(obj: Any) -> str:
+  """module.name of a function or class, or of an instance's class."""
+  named = obj if hasattr(obj, "__qualname__") else type(obj)
+  return f"{named.__module__}.{named.__qualname__}"
 
 
 def main_rewards(format_ok: Any, correct: Any, weights: RewardWeights) -> np.ndarray:

@@ -8,6 +8,11 @@
   else 0; `main_correct` = its rollout's `correct` (paper section 3.2: "Main Agent's
   correctness reward, replicated to Sub-Agent").
 
+Each judge is asked once for the whole batch (`tasks.judges.answer_scores`,
+`expert_scores`: its `batch` method when it has one, e.g. a model judge, else one call
+per record); an expert judge's batch also gets the evidence S read, its tool
+observations (`evidence`).
+
 R_M and R_S are computed from these fields by `plugins.main_rewards` and
 `plugins.sub_rewards`, the one path of every reward of a run.
 """
@@ -17,12 +22,30 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from mgrpo_jax.agents.records import MainRecord, SubRecord
-from mgrpo_jax.tasks.judges import AnswerJudge, ExpertJudge
+from mgrpo_jax.agents import protocol
+from mgrpo_jax.agents.episode import OBSERVATION_ROLE
+from mgrpo_jax.agents.records import MainRecord, SubRecord, Trajectory
+from mgrpo_jax.tasks.judges import (
+  AnswerItem,
+  AnswerJudge,
+  ExpertJudge,
+  ReportItem,
+  answer_scores,
+  expert_scores,
+)
 
 
 def _task_lookup(tasks) -> Mapping:
   return tasks if isinstance(tasks, Mapping) else {t.id: t for t in tasks}
+
+
+def evidence(trajectory: Trajectory) -> str:
+  """What an agent read: the outputs of its tool calls (its `<tool_response>`
+  observations, unwrapped), in order, one blank line apart."""
+  opening, closing = protocol.RESPONSE_OPEN, protocol.RESPONSE_CLOSE
+  return "\n\n".join(
+      text[len(opening):len(text) - len(closing)] for role, text in trajectory.messages
+      if role == OBSERVATION_ROLE and text.startswith(opening) and text.endswith(closing))
 
 
 def score(main: Sequence[MainRecord], sub: Sequence[SubRecord], tasks,
@@ -40,21 +63,36 @@ def score(main: Sequence[MainRecord], sub: Sequence[SubRecord], tasks,
   missing = sorted({r.query_id for r in main} - set(by_id))
   if missing:
     raise KeyError(f"no task for query ids {missing[:5]}")
-  scored_main, correct = [], {}
-  for record in main:
-    answer = record.trajectory.final
-    value = float(answer_judge(by_id[record.query_id], answer)) if answer is not None else 0.0
-    correct[record.key] = value
-    scored_main.append(dataclasses.replace(record, correct=value))
-  scored_sub = []
-  for record in sub:
-    report = record.trajectory.final
-    expert = 0.0
-    if expert_judge is not None and report is not None:
-      expert = float(expert_judge(by_id[record.query_id], record.subtask, report))
-    main_correct = correct.get((record.query_id, record.rollout_index))
-    if main_correct is None:
-      raise KeyError(f"S record {record.key} has no M rollout in this batch")
-    scored_sub.append(dataclasses.replace(record, expert=expert, main_correct=main_correct))
-  return scored_main, scored_sub
+  answered = [r for r in main if r.trajectory.final is not None]
+  values = dict(zip((r.key for r in answered), answer_scores(
+      answer_judge, [AnswerItem(by_id[r.query_id], r.trajectory.final) for r in answered]),
+      strict=True))
+  scored_main = [dataclasses.replace(r, correct=values.get(r.key, 0.0)) for r in main]
+  correct = {r.key: r.correct for r in scored_main}
+  return scored_main, score_sub(sub, by_id, correct, expert_judge)
 
+
+def score_sub(sub: Sequence[SubRecord], tasks, correct: Mapping[tuple[str, int], float],
+              expert_judge: ExpertJudge | None) -> list[SubRecord]:
+  """S's records with `expert` (one batch for the judge) and `main_correct` filled in.
+
+  Args:
+    tasks: as `score`'s.
+    correct: r_correct of M's rollouts by (query id, k), e.g. of scored M records.
+    expert_judge: as `score`'s.
+
+  Raises:
+    KeyError: an S record's rollout is not in `correct`.
+  """
+  by_id = _task_lookup(tasks)
+  for record in sub:
+    if (record.query_id, record.rollout_index) not in correct:
+      raise KeyError(f"S record {record.key} has no M rollout in this batch")
+  reported = ([r for r in sub if r.trajectory.final is not None]
+              if expert_judge is not None else [])
+  experts = dict(zip((r.key for r in reported), expert_scores(expert_judge, [
+      ReportItem(by_id[r.query_id], r.subtask, r.trajectory.final, evidence(r.trajectory))
+      for r in reported]), strict=True))
+  return [dataclasses.replace(r, expert=experts.get(r.key, 0.0),
+                              main_correct=float(correct[(r.query_id, r.rollout_index)]))
+          for r in sub]

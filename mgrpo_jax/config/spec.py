@@ -424,6 +424,52 @@ SPEC: dict[str, Any] = {
                             "code's format * (b1 + b2 * correct_M), which needs b3 = 0 (its "
                             "weights: b1 = 0.1, b2 = 0.9; preset released_code of "
                             "configs/default.py).", choices=SUB_REWARDS),
+        "answer_judge": Field("exact", "r_correct of M's answers: exact (normalized string "
+                              "or number match with the gold answer, `tasks/judges.py`) or "
+                              "model (the judge model of rewards.judge.* asked whether the "
+                              "answer matches the gold one; docs/OWN_DATA.md). A gin-bound "
+                              "`mgrpo_jax.plugins.answer_judge.fn` replaces either.",
+                              choices=("exact", "model")),
+        "expert_judge": Field("gold_path", "r_expert of S's reports: gold_path (claims "
+                              "checked against the world and the question's gold path) or "
+                              "model (the judge model grades the report and the evidence S "
+                              "read: 1, 0.5 or 0). A gin-bound "
+                              "`mgrpo_jax.plugins.expert_judge.fn` replaces either.",
+                              choices=("gold_path", "model")),
+        "judge": {
+            "preset": Field("smollm2_135m", "The judge model: a pretrained preset, a GGUF "
+                            "file or Hugging Face folder, or a preset trained from scratch "
+                            "(with rewards.judge.checkpoint).", allow_empty=False),
+            "checkpoint": Field("", "Parameter checkpoint of the judge model (e.g. a warm "
+                                "start's; needed by a preset trained from scratch)."),
+            "tokenizer": Field("", "Tokenizer file of the judge model (empty: the pretrained "
+                               "model's own, else the world's)."),
+            "chat_template": Field("auto", "The judge's chat template, as an agent's "
+                                   "model.chat_template: auto, chatml or a template file.",
+                                   allow_empty=False),
+            "dtype": Field("float32", "Activation dtype of the judge model.",
+                           choices=("float32", "bfloat16")),
+            "max_new_tokens": Field(64, "Tokens the judge generates per item at most.", low=1),
+            "temperature": Field(0.0, "Sampling temperature of the judge (0 = greedy).",
+                                 low=0.0, high=10.0),
+            "top_k": Field(0, "Keep the judge's k most likely tokens (0 = off).", low=0),
+            "top_p": Field(1.0, "Nucleus mass of the judge's sampling.", low=1e-6, high=1.0),
+            "batch_size": Field(16, "Items per batch of the judge model.", low=1),
+            "cache_dir": Field("../judge_cache", "Folder of the judge's reply cache, relative "
+                               "to the run's local folder or absolute (the default lies "
+                               "beside it: the runs of one parent folder share it).",
+                               allow_empty=False),
+            "failure_score": Field(0.0, "Score of an item whose reply has no well-formed "
+                                   "verdict (a counted judge failure).", low=0.0, high=1.0),
+            "evidence_chars": Field(2000, "Characters of S's tool observations the expert "
+                                    "judge reads (0: none).", low=0),
+            "answer_prompt": Field("", "Prompt file of the answer judge with the "
+                                   "placeholders {question}, {gold_answer}, {candidate} "
+                                   "(empty: mgrpo_jax/tasks/judge_prompts/answer.txt)."),
+            "expert_prompt": Field("", "Prompt file of the expert judge with the "
+                                   "placeholders {question}, {subtask}, {report}, {evidence} "
+                                   "(empty: mgrpo_jax/tasks/judge_prompts/expert.txt)."),
+        },
     },
     "main": _agent_spec("the main agent M", "tiny"),
     "sub": _agent_spec("the sub-agent S", "tiny"),

@@ -184,10 +184,27 @@ def _check_serving(serving: Mapping[str, Any]) -> None:
 
 
 def _check_rewards(rewards: Mapping[str, Any]) -> None:
-  """A weight the chosen R_S preset has no term for would be silently unused."""
+  """A weight the chosen R_S preset has no term for would be silently unused; a judge
+  model must be one with weights."""
   if rewards["sub_reward"] == "released" and rewards["b3"] != 0:
     _fail("rewards.b3", "rewards.sub_reward='released' has no expert term: must be 0 (the "
           f"released code's weights: b1 = 0.1, b2 = 0.9, b3 = 0), got {rewards['b3']}")
+  if "model" in (rewards["answer_judge"], rewards["expert_judge"]):
+    _check_judge_model(rewards["judge"])
+
+
+def _check_judge_model(judge: Mapping[str, Any]) -> None:
+  """The judge model is pretrained or a file, or a preset with a checkpoint (random
+  weights would judge at random)."""
+  preset = str(judge["preset"])
+  if preset in PRETRAINED_PRESETS or pathlib.Path(preset).exists():
+    return
+  if preset not in _SCRATCH_PRESETS:
+    _fail("rewards.judge.preset", f"{preset!r} is neither a preset "
+          f"({', '.join(MODEL_PRESETS)}) nor an existing GGUF file or model folder")
+  if not judge["checkpoint"]:
+    _fail("rewards.judge.checkpoint", f"the judge preset {preset!r} is trained from "
+          "scratch: name the parameter checkpoint of its weights (e.g. a warm start's)")
 
 
 def _check_learning(config: Mapping[str, Any]) -> None:

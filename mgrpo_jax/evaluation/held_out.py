@@ -2,8 +2,9 @@
 
 `evaluate` runs the mode's rollout controller in one process (S in-process, no RPC)
 over the test questions of the configured stage, `samples` rollouts per question at
-the agents' sampling temperature, scores answers with the exact-match judge, and
-summarizes:
+the agents' sampling temperature, scores answers with the run's answer judge
+(`rewards.answer_judge`: exact match by default) and S's reports with its expert judge,
+and summarizes:
 
   accuracy           mean over questions of the per-question mean correctness
   accuracy_ci95      half-width of the 95% interval of that mean (normal, over questions)
@@ -20,10 +21,11 @@ summarizes:
                      sub-task verbatim, the symbolic world's visits its entity). They
                      measure the copying that answers are built from, before any
                      answer is right.
-  sub_expert_mean    S's reports scored by the test world's expert judge (the paper's
-                     r_expert: 1 for a true fact of the question's path, 0.5 true but
-                     off it, 0 false or no report), the mean over S's calls; with a
-                     generated world only (its judge knows the facts)
+  sub_expert_mean    S's reports scored by the expert judge (the paper's r_expert: 1
+                     for a true fact of the question's path, 0.5 true but off it, 0
+                     false or no report), the mean over S's calls; the test world's
+                     gold-path judge needs a generated world (it knows the facts), a
+                     model judge (`rewards.expert_judge=model`) does not
   sub_expert_by_property  the same per property the sub-task asks for ("boss", "year",
                      ...; "other" for a sub-task of no canonical form): where S's
                      mistakes sit, without reading trajectories
@@ -70,7 +72,7 @@ from mgrpo_jax.agents.scoring import score
 from mgrpo_jax.config.modes import Mode
 from mgrpo_jax.evaluation import turn_accuracy
 from mgrpo_jax.scale.writers import log
-from mgrpo_jax.tasks.judges import ExactMatchJudge, ExpertJudge
+from mgrpo_jax.tasks.judges import AnswerJudge, ExactMatchJudge, ExpertJudge
 from mgrpo_jax.tasks.oracle import Action
 from mgrpo_jax.tasks.renderings import NATURAL, Rendering
 from mgrpo_jax.tasks.world_data import ensure_world, load_questions
@@ -80,6 +82,7 @@ from mgrpo_jax.tools import TaskRoutedRegistry, ToolRegistry
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.agent_config import AgentSetup
 from mgrpo_jax.training.checkpoint import AgentCheckpointer, restore_params
+from mgrpo_jax.training.judge_setup import run_judges
 from mgrpo_jax.training.tokenizer_corpus import TokenizerSetup
 from mgrpo_jax.warm_start.demonstrations import Demonstrators, collect_demonstrations
 
@@ -168,6 +171,7 @@ class EvalSetup:
     rendering: the world's rendering (copy diagnostics, sub-task properties, oracles).
     expert_judge: r_expert of the world `registry` serves (None: S's reports are not
       scored).
+    answer_judge: r_correct of M's answers.
   """
 
   mode: Mode
@@ -178,6 +182,7 @@ class EvalSetup:
   sub_spec: specs.AgentSpec
   rendering: Rendering = NATURAL
   expert_judge: ExpertJudge | None = None
+  answer_judge: AnswerJudge = dataclasses.field(default_factory=ExactMatchJudge)
 
 
 def evaluate(setup: EvalSetup, main: Agent, sub: Agent | None, *, samples: int,
@@ -190,7 +195,7 @@ def evaluate(setup: EvalSetup, main: Agent, sub: Agent | None, *, samples: int,
   out = controller.run(list(setup.questions), samples, key)
   by_id = {q.id: q for q in setup.questions}
   expert_judge, rendering = setup.expert_judge, setup.rendering
-  scored_main, scored_sub = score(out.main, out.sub, by_id, ExactMatchJudge(), expert_judge)
+  scored_main, scored_sub = score(out.main, out.sub, by_id, setup.answer_judge, expert_judge)
   summary = summarize(scored_main, scored_sub, by_id, main.tokenizer,
                       sub.tokenizer if sub is not None else None, rendering)
   if expert_judge is not None:
@@ -336,10 +341,11 @@ def evaluation_inputs(config, mode: Mode, world: WorldSetup, root: str | pathlib
     sub = main if mode.shared else load_agent(AgentSetup.from_config(config, "sub"),
                                               tokenizer, sources["sub"])
   main_spec, sub_spec = agent_setup.agent_specs(config, mode)
+  judges = run_judges(config, root, held_out_expert_judge(world, split), tokenizer)
   setup = EvalSetup(mode=mode, registry=registry,
                     rollout_config=agent_setup.rollout_config(config), questions=questions,
                     main_spec=main_spec, sub_spec=sub_spec, rendering=world.rendering,
-                    expert_judge=held_out_expert_judge(world, split))
+                    expert_judge=judges.expert, answer_judge=judges.answer)
   return setup, main, sub
 
 

@@ -47,6 +47,7 @@ from mgrpo_jax.tasks.world_setup import WorldSetup, question_mixture
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.agent_config import AgentSetup
 from mgrpo_jax.training.checkpoint import AgentCheckpointer, save_params
+from mgrpo_jax.training.judge_setup import run_judges
 from mgrpo_jax.training.paths import RunPaths
 from mgrpo_jax.training.tokenizer_corpus import TokenizerSetup
 from mgrpo_jax.utils.atomic_files import atomic_write
@@ -153,7 +154,8 @@ def success_rates(config, mode: Mode, root: pathlib.Path, tasks,
                              rollout_config=agent_setup.rollout_config(config),
                              questions=tasks.questions, main_spec=main_spec,
                              sub_spec=sub_spec,
-                             rendering=WorldSetup.from_config(config).rendering)
+                             rendering=WorldSetup.from_config(config).rendering,
+                             answer_judge=run_judges(config, root, None, tokenizer).answer)
   samples = int(config.curriculum.success_samples)
   rollouts = int(config.mgrpo.queries_per_step) * int(config.mgrpo.rollouts_per_query)
   chunk = max(1, rollouts // samples)

@@ -61,12 +61,13 @@ from mgrpo_jax.slices.step_cache import records_from_json, records_to_json
 from mgrpo_jax.store.errors import StoreTimeoutError
 from mgrpo_jax.store.folder import Folder
 from mgrpo_jax.store.schema import MainOutcomes, ack_key
-from mgrpo_jax.tasks.judges import ExactMatchJudge
+from mgrpo_jax.tasks.judges import AnswerJudge
 from mgrpo_jax.tools.web import web_scalars
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.batching import TrainBatch, pack_sequences
 from mgrpo_jax.training.data import QueryStream
 from mgrpo_jax.training.files import dump_json
+from mgrpo_jax.training.judge_setup import judge_scalars
 from mgrpo_jax.training.paths import RunPaths
 from mgrpo_jax.training.update import batch_shardings
 
@@ -152,7 +153,7 @@ def run_main_slice(config, mode: Mode, workdir: str) -> None:
             else None)
   expert_judge = rt.expert_judge if mode.sub_agent else None
   sampling = _Sampling(
-      _controller(rt, policy, client), ExactMatchJudge(),
+      _controller(rt, policy, client), rt.answer_judge,
       expert_judge if mode.shared else None,
       distributed.rollout_queries(
           batch_shardings(rt.layout, settings.num_queries * settings.num_rollouts).advantages,
@@ -178,6 +179,7 @@ def run_main_slice(config, mode: Mode, workdir: str) -> None:
     scalars.update({f"main/update/{k}": v for k, v in metrics.items()})
     scalars.update(rollouts.stats)
     scalars.update(web_scalars(rt.registry))  # the web tools' counts ({} offline)
+    scalars.update(judge_scalars(answer=rt.answer_judge, expert=rt.expert_judge))
     throughput = _throughput(rollouts, metrics, timer)  # phases the commit does not touch
     rt.step_log.record_before_commit(step, scalars, timer, throughput)
     rt.checkpoint(timer, {"steps_done": step + 1, "data_iterator": stream.get_state(),
@@ -304,7 +306,7 @@ class _Sampling:
   the queries this process samples (all of them with one process)."""
 
   controller: RolloutController
-  answer_judge: ExactMatchJudge
+  answer_judge: AnswerJudge
   expert_judge: Callable[..., float] | None
   share: slice
 

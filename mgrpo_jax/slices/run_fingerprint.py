@@ -25,6 +25,7 @@ RESUMABLE_KEYS: tuple[str, ...] = (
     "experiment.num_steps",  # extending (or shortening) a run is resuming it
     "experiment.name",  # a label for reports
     "experiment.compilation_cache_dir",  # where compiled programs are cached
+    "rewards.judge.cache_dir",  # where the judge model's replies are cached
     "logging.",  # what is logged, how often
     "eval.",  # held-out evaluation reads checkpoints; it never feeds training
     "serving.",  # where the service listens, its token and the clients' deadlines

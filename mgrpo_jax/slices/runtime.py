@@ -32,6 +32,7 @@ from mgrpo_jax.slices.step_log import StepLog
 from mgrpo_jax.store.folder import Folder, open_folder
 from mgrpo_jax.store.protocol import Store
 from mgrpo_jax.store.schema import SliceAck
+from mgrpo_jax.tasks.judges import AnswerJudge, ExpertJudge
 from mgrpo_jax.tasks.questions import Question
 from mgrpo_jax.tasks.train_worlds import training_tasks
 from mgrpo_jax.tasks.world_data import ensure_world
@@ -42,6 +43,7 @@ from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.agent_config import AgentSetup
 from mgrpo_jax.training.batching import TrainBatch, row_buckets
 from mgrpo_jax.training.checkpoint import AgentCheckpointer, CheckpointConfig
+from mgrpo_jax.training.judge_setup import run_judges
 from mgrpo_jax.training.optimizer import learning_rate_schedule
 from mgrpo_jax.training.paths import RunPaths
 from mgrpo_jax.training.tokenizer_corpus import TokenizerSetup
@@ -94,7 +96,8 @@ class SliceRuntime:
   world_path: pathlib.Path
   questions: list[Question]
   registry: ToolRegistry | TaskRoutedRegistry
-  expert_judge: Callable[..., float]  # r_expert of S's reports, by the question's world
+  answer_judge: AnswerJudge  # r_correct of M's answers (`judge_setup.run_judges`)
+  expert_judge: ExpertJudge | None  # r_expert of S's reports, by the question's world
   tokenizer: Tokenizer
   trainer: agent_setup.AgentTrainer
   checkpointer: AgentCheckpointer
@@ -222,9 +225,10 @@ def open_runtime(config, mode: Mode, workdir: str, role: str) -> SliceRuntime:
   tasks = training_tasks(world, world_path,
                          functools.partial(agent_setup.index_tool_registry, config=config))
   setup = AgentSetup.from_config(config, role)
-  model, tokenizer = agent_setup.build_model(
-      setup, functools.partial(agent_setup.world_tokenizer, paths.local,
-                               TokenizerSetup.from_config(config)))
+  world_tokenizer = functools.partial(agent_setup.world_tokenizer, paths.local,
+                                      TokenizerSetup.from_config(config))
+  model, tokenizer = agent_setup.build_model(setup, world_tokenizer)
+  judges = run_judges(config, paths.local, tasks.expert_judge, world_tokenizer)
   trainer = agent_setup.create_agent_state(model, setup)
   checkpointer = AgentCheckpointer(paths.checkpoints(role), trainer.layout,
                                    CheckpointConfig.from_config(config.checkpoint))
@@ -232,7 +236,7 @@ def open_runtime(config, mode: Mode, workdir: str, role: str) -> SliceRuntime:
       role=role, config=config, mode=mode, setup=setup,
       settings=StepSettings.from_config(config), paths=paths, store=store, files=files,
       world_path=world_path, questions=tasks.questions, registry=tasks.registry,
-      expert_judge=tasks.expert_judge, tokenizer=tokenizer,
+      answer_judge=judges.answer, expert_judge=judges.expert, tokenizer=tokenizer,
       trainer=trainer, checkpointer=checkpointer,
       cache=_CACHES[role](files.child(paths.cache_name(role)),
                           checkpoints_kept=int(config.checkpoint.keep)),

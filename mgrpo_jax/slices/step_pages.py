@@ -22,12 +22,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from mgrpo_jax.agents.records import MainRecord, SubRecord
-from mgrpo_jax.agents.scoring import score
+from mgrpo_jax.agents.scoring import score_sub
 from mgrpo_jax.config.modes import Mode
 from mgrpo_jax.evaluation.trajectories import PageCredit, page_questions
 from mgrpo_jax.metrics import trajectory_page
 from mgrpo_jax.slices import step_math
-from mgrpo_jax.tasks.judges import ExactMatchJudge
 from mgrpo_jax.training.paths import RunPaths
 from mgrpo_jax.utils.atomic_files import atomic_write
 
@@ -110,13 +109,14 @@ def write_step_page(config, paths: RunPaths, mode: Mode, step: int,
   Args:
     outcome: M's side of the step (`step_credit`).
     main: the step's scored M records; sub: S's records as M received them (scored or
-      not: they are scored here with `scoring`'s judge, if any).
+      not: they are scored here with `scoring`'s judge, if any, and the correctness of
+      M's records).
     scoring: the training questions by id and r_expert.
   """
   query_ids, reward = outcome.query_ids, outcome.reward
   step_questions = {qid: scoring.questions[qid] for qid in query_ids}
   if sub and scoring.judge is not None:
-    _, sub = score(main, sub, step_questions, ExactMatchJudge(), scoring.judge)
+    sub = score_sub(sub, step_questions, {r.key: r.correct for r in main}, scoring.judge)
   credit, note = step_credit(config, mode, step, outcome, sub)
   limit = int(config.logging.trajectory_questions)
   shown = page_questions(main, sub, step_questions, limit=limit, credit=credit)

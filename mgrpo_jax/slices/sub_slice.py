@@ -42,6 +42,7 @@ import dataclasses
 import numpy as np
 
 from mgrpo_jax.agents.records import SubRecord
+from mgrpo_jax.agents.scoring import score_sub
 from mgrpo_jax.agents.sub_client import InProcessSubAgentClient
 from mgrpo_jax.config.modes import Mode
 from mgrpo_jax.scale import distributed
@@ -60,6 +61,7 @@ from mgrpo_jax.store.schema import MainOutcomes, ack_key, outcomes_key
 from mgrpo_jax.tools.web import web_scalars
 from mgrpo_jax.training import agent_setup
 from mgrpo_jax.training.batching import TrainBatch
+from mgrpo_jax.training.judge_setup import judge_scalars
 
 
 def _acked_steps(store, run_id: str, num_steps: int) -> int:
@@ -71,15 +73,12 @@ def _acked_steps(store, run_id: str, num_steps: int) -> int:
 
 
 def score_sub_records(indexed, query_ids, correct, questions_by_id, judge):
-  """Records with r_expert (0 without a report) and correct_M of their rollout filled in."""
-  out = {}
-  for (q, k, i), record in indexed.items():
-    report = record.trajectory.final
-    expert = (float(judge(questions_by_id[query_ids[q]], record.subtask, report))
-              if report is not None else 0.0)
-    out[(q, k, i)] = dataclasses.replace(record, expert=expert,
-                                         main_correct=float(correct[q, k]))
-  return out
+  """Records with r_expert (0 without a report; the judge asked once for all of them,
+  `agents.scoring.score_sub`) and correct_M of their rollout ([Q, K] `correct`) filled in."""
+  keys = list(indexed)
+  correct_of = {(query_ids[q], k): float(correct[q, k]) for q, k, _ in keys}
+  scored = score_sub([indexed[key] for key in keys], questions_by_id, correct_of, judge)
+  return dict(zip(keys, scored, strict=True))
 
 
 def run_sub_slice(config, mode: Mode, workdir: str) -> None:
@@ -108,8 +107,8 @@ def run_sub_slice(config, mode: Mode, workdir: str) -> None:
                           timeout=settings.wait_timeout_s)
       sub_step, ignored = (_prepare(rt, scoring, step, timer, queue) if rt.is_writer
                            else (None, 0))
-      scalars = ({**step_math.sub_step_scalars(sub_step), "sub/ignored_calls": float(ignored)}
-                 if rt.is_writer else {})
+      scalars = ({**step_math.sub_step_scalars(sub_step), "sub/ignored_calls": float(ignored),
+                  **judge_scalars(expert=rt.expert_judge)} if rt.is_writer else {})
       if queue is not None:
         scalars.update(queue.scalars)
       if rt.is_writer:  # the service's web tools' counts ({} offline)

@@ -15,15 +15,23 @@ report's fact claims are read with `statements.parse_facts`; each claim i scores
         0                if it is false or names an unknown entity/property,
 
 and r_expert = mean_i w_i over the claims (at most `statements.MAX_FACTS`), or 0 for a
-report with no claim. Anything implementing `ExpertJudge` (e.g. an LLM judge) can
-replace it; anything implementing `AnswerJudge` can replace the answer judge.
+report with no claim. Anything implementing `ExpertJudge` (e.g. an LLM judge,
+`model_judge`) can replace it; anything implementing `AnswerJudge` can replace the
+answer judge.
+
+Batches: a judge is called per item, `judge(task, prediction)` or `judge(task, subtask,
+report)`; a judge that is better asked many items at once (a model) also has
+`batch(items) -> [score]` over `AnswerItem`s or `ReportItem`s, which `answer_scores` and
+`expert_scores` use when it exists (per-item calls otherwise, in order).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import unicodedata
-from typing import Protocol
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from mgrpo_jax.tasks import schema, statements
 from mgrpo_jax.tasks.world import World
@@ -48,6 +56,54 @@ class ExpertJudge(Protocol):
   """Scores one sub-agent report for a task, in [0, 1] (the paper's r_expert)."""
 
   def __call__(self, task, subtask: str, report: str) -> float: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class AnswerItem:
+  """One answer to judge: M's final answer `prediction` to `task` (which has `.answer`)."""
+
+  task: Any
+  prediction: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportItem:
+  """One report to judge: S's `report` on `subtask` of `task`, and the `evidence` it read
+  (its tool observations; "" when unknown)."""
+
+  task: Any
+  subtask: str
+  report: str
+  evidence: str = ""
+
+
+def answer_scores(judge: AnswerJudge, items: Sequence[AnswerItem]) -> list[float]:
+  """r_correct of each item: `judge.batch(items)` when the judge has it, else one call
+  per item (module docstring)."""
+  if not items:
+    return []
+  if hasattr(judge, "batch"):
+    return _checked(judge.batch(list(items)), len(items), judge)
+  return [float(judge(item.task, item.prediction)) for item in items]
+
+
+def expert_scores(judge: ExpertJudge, items: Sequence[ReportItem]) -> list[float]:
+  """r_expert of each item: `judge.batch(items)` when the judge has it, else one call per
+  item, without the evidence (module docstring)."""
+  if not items:
+    return []
+  if hasattr(judge, "batch"):
+    return _checked(judge.batch(list(items)), len(items), judge)
+  return [float(judge(item.task, item.subtask, item.report)) for item in items]
+
+
+def _checked(scores: Sequence[float], count: int, judge: Any) -> list[float]:
+  """`scores` as floats, or a ValueError naming the judge when there is not one per item."""
+  out = [float(s) for s in scores]
+  if len(out) != count:
+    raise ValueError(f"{type(judge).__name__}.batch returned {len(out)} scores for "
+                     f"{count} items")
+  return out
 
 
 def parse_number(text: str) -> float | None:
