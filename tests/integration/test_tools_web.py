@@ -10,6 +10,7 @@ import socket
 import pytest
 
 from mgrpo_jax.tools.web import FAILURE_KINDS, WebSettings, web_registry
+from tests.support.fake_clock import FakeClock
 from tests.support.web_site import API_KEY, ARTICLE, BOILERPLATE, LONG_SNIPPET, WebSite
 
 
@@ -19,20 +20,6 @@ def site():
   yield server
   server.close()
 
-
-class FakeClock:
-  """Time that moves only when the tools sleep; the sleeps are recorded."""
-
-  def __init__(self):
-    self.now = 0.0
-    self.sleeps: list[float] = []
-
-  def __call__(self) -> float:
-    return self.now
-
-  def sleep(self, seconds: float) -> None:
-    self.sleeps.append(round(seconds, 9))
-    self.now += seconds
 
 
 def _registry(site: WebSite, clock: FakeClock | None = None, *, top_n: int = 5,

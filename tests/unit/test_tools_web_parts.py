@@ -29,6 +29,7 @@ from mgrpo_jax.tools.web import (
 from mgrpo_jax.tools.web.extract import page_text
 from mgrpo_jax.tools.web.rate_limit import HostRateLimiter
 from mgrpo_jax.tools.web.search_api import MISSING, SNIPPET_CHARS
+from tests.support.fake_clock import FakeClock
 from tests.support.web_site import ARTICLE, BOILERPLATE, PAGE_HTML
 
 _NAMES = st.text(string.ascii_letters + "_", min_size=1, max_size=6)
@@ -131,23 +132,9 @@ def test_normalize_url_is_idempotent(tail):
   assert normalize_url(once) == once
 
 
-class FakeClock:
-  """Time that moves only when something sleeps; the sleeps are recorded."""
-
-  def __init__(self):
-    self.now = 100.0
-    self.sleeps: list[float] = []
-
-  def __call__(self) -> float:
-    return self.now
-
-  def sleep(self, seconds: float) -> None:
-    self.sleeps.append(seconds)
-    self.now += seconds
-
 
 def test_rate_limit_spaces_one_host_and_leaves_others_alone():
-  clock = FakeClock()
+  clock = FakeClock(now=100.0)
   limiter = HostRateLimiter(2.0, clock=clock, sleep=clock.sleep)
   waits = [limiter.wait("a"), limiter.wait("a"), limiter.wait("b"), limiter.wait("a")]
   assert waits == [0.0, 2.0, 0.0, 2.0] and clock.sleeps == [2.0, 2.0]
