@@ -153,7 +153,8 @@ def sft(state: TrainState, layout: StateLayout, sequences: Sequence[TokenSequenc
     checkpoint_dir: when set, the final params are saved there (synchronously) as a
       parameter checkpoint, what `agent_setup.restore_init_params` reads.
     pad_id: token id of padding.
-    progress: called after every step with (steps done, total steps).
+    progress: called as the steps are computed with (steps done, total steps); a step
+      counts once its update has run, not when it was dispatched.
 
   Returns:
     (state, metrics): metrics["nll"] = [mean NLL before SFT, after epoch 1, ...] (or
@@ -166,18 +167,28 @@ def sft(state: TrainState, layout: StateLayout, sequences: Sequence[TokenSequenc
   update = make_update_fn(layout, update_config, config.batch_rows)
   nll = [demonstration_nll(state, layout, sequences, config)]
   steps, total = 0, sft_steps(len(sequences), config)
+  in_flight = None  # the last dispatched step's metrics
   for epoch in range(config.epochs):
     for batch in sft_batches(sequences, config, epoch, pad_id=pad_id):
-      state, _ = update(state, batch)
-      steps += 1
-      if progress is not None:
-        progress(steps, total)
+      state, metrics = update(state, batch)
+      # JAX dispatches a step before the previous one is computed: waiting for the
+      # previous one keeps one step queued and counts only computed steps as done.
+      if in_flight is not None:
+        jax.block_until_ready(in_flight)
+        _report(progress, steps, total)
+      in_flight, steps = metrics, steps + 1
     if config.nll_every_epoch or epoch == config.epochs - 1:
       nll.append(demonstration_nll(state, layout, sequences, config))
+  _report(progress, steps, total)  # the NLL above waited for the last step
   metrics = {"nll": nll, "steps": steps}
   if checkpoint_dir is not None:
     save_warm_start(state, checkpoint_dir, metadata={"warm_start": metrics})
   return state, metrics
+
+
+def _report(progress: Callable[[int, int], None] | None, done: int, total: int) -> None:
+  if progress is not None:
+    progress(done, total)
 
 
 def save_warm_start(state: TrainState, directory: str, *,
