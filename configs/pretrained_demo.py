@@ -30,7 +30,7 @@ Presets (`--config=configs/pretrained_demo.py:<preset>`):
                     layers, 1,000 demonstrated questions of 50 worlds, 2 epochs.
   accelerator_lora  the same with rank-16 LoRA adapters on every projection (alpha 32)
                     over a bfloat16 base, at ten times the learning rates.
-  cpu_lora          2 CPU cores in about an hour (not measured yet): B = 4, K = 4, D = 2,
+  cpu_lora          2 CPU cores, hours (docs/PRETRAINED.md): B = 4, K = 4, D = 2,
                     20 RL steps, rank-16 adapters over a float32 base, float32
                     activations, every block recomputed in the backward pass (remat
                     full) and RL updates 4 rows at a time, 400 demonstrated questions,
