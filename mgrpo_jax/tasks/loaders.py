@@ -8,7 +8,9 @@ WebWalkerQA's rows (`load_webwalker`: a JSON list, or one object per line) have
 `Question`, `Answer`, `Root_Url` and `Info` (Hugging Face's copy spells them in lower
 case); the question is asked with its root URL, where the answer's pages start.
 `load_jsonl` / `load_csv` read any file given a field mapping
-{"id": ..., "question": ..., "answer": ...} (optional "level", "file_name").
+{"id": ..., "question": ..., "answer": ...} (optional "level", "file_name"); a row
+without the id field is named by its line, `line-<n>`, so a plain file of questions and
+answers needs no ids.
 Every problem raises `BenchmarkFileError` naming the path, the 1-based line number (the
 item number of a JSON list) and the field.
 """
@@ -56,9 +58,9 @@ def _task(record: Mapping[str, Any], field_map: Mapping[str, str], path: str,
   values = {}
   for key, field in field_map.items():
     if field not in record:
-      if key in REQUIRED:
+      if key in REQUIRED and key != "id":
         raise BenchmarkFileError(f"{path}:{line}: missing field {field!r}")
-      values[key] = ""
+      values[key] = f"line-{line}" if key == "id" else ""
       continue
     value = record[field]
     if value is None and key in REQUIRED:
@@ -103,7 +105,7 @@ def load_csv(path: str | os.PathLike, field_map: Mapping[str, str]) -> list[Benc
   with handle:
     reader = csv.DictReader(handle)
     header = reader.fieldnames or []
-    for key in REQUIRED:
+    for key in ("question", "answer"):
       if field_map[key] not in header:
         raise BenchmarkFileError(f"{path}:1: missing field {field_map[key]!r} in the header")
     tasks = []

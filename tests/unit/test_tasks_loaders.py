@@ -124,3 +124,14 @@ def test_webwalker_bad_rows_name_the_file_and_line_or_item(tmp_path):
   listed.write_text("[{broken")
   with pytest.raises(loaders.BenchmarkFileError, match=rf"{listed}: malformed JSON"):
     loaders.load_webwalker(listed)
+
+
+def test_rows_without_ids_are_named_by_their_line(tmp_path):
+  fields = {"id": "id", "question": "question", "answer": "answer"}
+  path = _write_jsonl(tmp_path / "plain.jsonl", [{"question": "Q1?", "answer": "A1"}],
+                      ["", json.dumps({"id": "x", "question": "Q2?", "answer": "A2"})])
+  assert [(t.id, t.text, t.answer) for t in loaders.load_jsonl(path, fields)] == [
+    ("line-1", "Q1?", "A1"), ("x", "Q2?", "A2")]
+  plain = tmp_path / "plain.csv"
+  plain.write_text("question,answer\nQ1?,A1\n")
+  assert [(t.id, t.text) for t in loaders.load_csv(plain, fields)] == [("line-2", "Q1?")]
