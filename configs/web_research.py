@@ -28,7 +28,8 @@ Presets (`--config=configs/web_research.py:<preset>`):
           activations, no held-out evaluation (add `--config.eval.enabled=True` and
           `--config.world.test_source_path=...` for one).
   smoke   the pipeline in seconds on 2 CPU cores, for a test: tiny random models
-          (preset `tiny`), B = 2, K = 2, D = 1, 2 RL steps, short turns and a tiny judge
+          (preset `tiny`), B = 2, K = 2, D = 1, 2 RL steps, the short system prompt,
+          4 turns per agent and a tiny judge
           (preset `tiny` with the parameter checkpoint and tokenizer that
           `--config.rewards.judge.checkpoint` and `--config.rewards.judge.tokenizer`
           name; random weights make every verdict a counted judge failure).
@@ -86,6 +87,7 @@ for _agent, _learning_rate in (("main", 1e-5), ("sub", 3e-5)):
 SMOKE = {
     "experiment.num_steps": 2,
     "world.tokenizer_vocab_size": 1024,
+    "prompts.system": "short",
     "tools.search_top_n": 3,
     "tools.visit_chars": 300,
     "tools.web.min_host_interval_s": 0.0,
@@ -106,9 +108,10 @@ for _agent in AGENTS:
       f"{_agent}.model.preset": "tiny",
       f"{_agent}.model.dtype": "float32",
       f"{_agent}.model.scan_layers": False,
-      f"{_agent}.sampling.max_new_tokens": 64,
+      # the world's tokenizer spells the web's words and URLs in small pieces
+      f"{_agent}.sampling.max_new_tokens": 128,
       f"{_agent}.limits.max_turns": 4,
-      f"{_agent}.limits.max_context": 1024,
+      f"{_agent}.limits.max_context": 2048,
       f"{_agent}.limits.shortest_train_length": 64,
       f"{_agent}.optim.learning_rate": 1e-3,
       f"{_agent}.optim.warmup_steps": 0,
