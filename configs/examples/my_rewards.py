@@ -4,7 +4,7 @@
       --config.world.source=jsonl \
       --config.world.source_path=configs/examples/my_questions.jsonl \
       --config.world.source_fields=id=qid,question=prompt,answer=gold \
-      --gin_file=configs/examples/my_questions.gin
+      --config.rewards.b3=0 --gin_file=configs/examples/my_questions.gin
 
 `lenient_main_reward` replaces R_M: a well-formed trajectory earns 0.2, a correct
 answer 1.0 more.

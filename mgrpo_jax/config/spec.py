@@ -218,15 +218,18 @@ SPEC: dict[str, Any] = {
                         choices=("natural", "symbolic")),
         "source": Field("generated", "Where the questions come from: the generated world's "
                         "(generated), or a user's file (jsonl, csv, gaia: GAIA's "
-                        "metadata.jsonl) at world.source_path; the tools still search the "
-                        "generated world (docs/OWN_DATA.md).",
-                        choices=("generated", "jsonl", "csv", "gaia")),
+                        "metadata.jsonl, its questions with attached files left out; "
+                        "webwalker: WebWalkerQA's JSON or JSONL rows) at "
+                        "world.source_path, without gold paths; the tools search the "
+                        "generated world unless tools.backend=web (docs/OWN_DATA.md).",
+                        choices=("generated", "jsonl", "csv", "gaia", "webwalker")),
         "source_path": Field("", "The questions file of world.source (training questions)."),
         "test_source_path": Field("", "Held-out questions file of world.source (empty: the "
                                   "training file's questions are evaluated)."),
         "source_fields": Field("", "Field names of the questions file as "
                                "'id=...,question=...,answer=...' (optional level=, "
-                               "file_name=); empty: id, question, answer (GAIA's for gaia)."),
+                               "file_name=); empty: id, question, answer (GAIA's for gaia; "
+                               "unused by webwalker)."),
         "seed": Field(0, "Seed of the training world (train/validation splits).", low=0),
         "test_seed": Field(1, "Seed of the held-out test world (unseen entities).", low=0),
         "train_worlds": Field(1, "Worlds RL's training questions are spread over: the "

@@ -138,6 +138,7 @@ def _check_cross_keys(config: Mapping[str, Any]) -> None:
     _fail("curriculum.stage2_steps", "stage 2 draws the generated world's stage-2 questions; "
           f"world.source={config['world']['source']!r} has one questions file")
   _check_tools(config)
+  _check_gold_paths(config)
   checkpoint = config["checkpoint"]
   if checkpoint["keep"] < mgrpo["staleness"] + 1:
     _fail("checkpoint.keep", f"must be >= mgrpo.staleness + 1 = {mgrpo['staleness'] + 1} "
@@ -155,6 +156,20 @@ def _check_cross_keys(config: Mapping[str, Any]) -> None:
     warm_rows = (warm_start["batch_rows"]
                  if warm_start["enabled"] and role in mode.agents else 0)
     _check_agent(role, config[role], experiment["num_steps"], rows[role], warm_rows)
+
+
+def _check_gold_paths(config: Mapping[str, Any]) -> None:
+  """A user's questions have no gold path: the gold-path expert judge would score S's
+  reports against the generated world's facts, not the question's, so R_S's expert term
+  needs the model judge (or a weight of 0). The warm start is no concern: its scripted
+  oracles demonstrate the generated world's questions whatever `world.source` is."""
+  source, rewards = config["world"]["source"], config["rewards"]
+  if parse_mode(config["experiment"]["mode"]).single:
+    return  # no sub-agent, no reports
+  if source != "generated" and rewards["expert_judge"] == "gold_path" and rewards["b3"] > 0:
+    _fail("rewards.expert_judge", f"world.source={source!r} questions have no gold path, "
+          f"which 'gold_path' checks S's reports against (rewards.b3 = {rewards['b3']}): "
+          "set rewards.expert_judge=model, or rewards.b3=0")
 
 
 def _check_serving(serving: Mapping[str, Any]) -> None:

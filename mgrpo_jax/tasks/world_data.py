@@ -8,13 +8,16 @@ of them build while the other waits, and a finished build is marked by its
 
 `load_questions` reads one split and stage of the built tasks dataset (`task_source`,
 `builder.as_data_source()`), restricted to `world.question_types`. A user's own
-questions (`world.source` jsonl, csv or gaia, `user_questions`) replace the generated
-ones; the world is still built, for the tools' search index.
+questions (`world.source` jsonl, csv, gaia or webwalker, `user_questions`) replace the generated
+ones; the world is still built, for the tools' search index. GAIA questions that need
+an attached file are left out, with a warning that counts them; WebWalkerQA's
+(`webwalker`) are asked with their root URL.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pathlib
 import shutil
@@ -34,6 +37,8 @@ from mgrpo_jax.tasks.world_setup import (
   source_fields,
 )
 from mgrpo_jax.utils.file_lock import file_lock
+
+_LOG = logging.getLogger(__name__)
 
 
 def world_dir(root: str | os.PathLike[str]) -> pathlib.Path:
@@ -101,19 +106,22 @@ def user_questions(world: WorldSetup, split: str = "train") -> list[Question]:
   Raises:
     ValueError: no path is set, or `world.source_fields` is malformed (naming the key).
     loaders.BenchmarkFileError: a missing file, a malformed line or field, a repeated
-      id (naming the file and line).
+      id (naming the file and line), or no question left (GAIA: none without a file).
   """
   path = (world.test_source_path if split == "test" and world.test_source_path
           else world.source_path)
   if not path:
     raise ValueError(f"world.source={world.source} needs world.source_path: the questions "
                      "file")
-  fields = source_fields(world)
-  source = world.source
-  tasks = (loaders.load_gaia(path) if source == "gaia" else
-           loaders.load_csv(path, fields) if source == "csv" else loaders.load_jsonl(path, fields))
+  tasks, skipped = _read(world, path)
+  if skipped:
+    _LOG.warning("%s: %d of %d GAIA questions skipped: they need an attached file (%s)",
+                 path, len(skipped), len(tasks) + len(skipped),
+                 ", ".join(t.id for t in skipped[:5]) + (", ..." if len(skipped) > 5 else ""))
   if not tasks:
-    raise loaders.BenchmarkFileError(f"{path}: no questions")
+    raise loaders.BenchmarkFileError(
+        f"{path}: no questions" + (f" without an attached file ({len(skipped)} have one)"
+                                   if skipped else ""))
   seen: dict[str, int] = {}
   for i, task in enumerate(tasks, start=1):
     if task.id in seen:
@@ -123,6 +131,19 @@ def user_questions(world: WorldSetup, split: str = "train") -> list[Question]:
   return [Question(id=t.id, text=t.text, answer=t.answer, path=(), type="user", hops=0,
                    meta={"level": t.level, "file_name": t.file_name, **dict(t.extra)})
           for t in tasks]
+
+
+def _read(world: WorldSetup, path: str) -> tuple[list[loaders.BenchmarkTask],
+                                                 list[loaders.BenchmarkTask]]:
+  """(the file's usable tasks, GAIA's skipped ones: those with an attached file)."""
+  if world.source == "gaia":
+    return loaders.split_attachments(loaders.load_gaia(path))
+  if world.source == "webwalker":
+    return loaders.load_webwalker(path), []
+  fields = source_fields(world)
+  if world.source == "csv":
+    return loaders.load_csv(path, fields), []
+  return loaders.load_jsonl(path, fields), []
 
 
 def load_questions(world_path: str | os.PathLike[str], world: WorldSetup, stage: str,

@@ -39,8 +39,8 @@ class WorldSetup:
     question_types: the types of the stage to keep as set, comma-separated ("": every
       type; parsed by `question_types`, checked by `question_mixture`).
     question_ids: a JSON file of the training questions RL keeps ("": all of them).
-    source: where the questions come from: "generated", or a user's "jsonl", "csv" or
-      "gaia" file.
+    source: where the questions come from: "generated", or a user's "jsonl", "csv",
+      "gaia" or "webwalker" file.
     source_path: the user's questions file (training questions).
     test_source_path: the user's held-out questions file ("": `source_path`'s).
     source_fields: the user's file's field names as set, "id=...,question=...,..."

@@ -78,3 +78,60 @@ def test_csv_mapping_and_errors(tmp_path):
   extra.write_text("id,query,gold\n1,Q,A\n2,Q,A,surplus\n")
   with pytest.raises(loaders.BenchmarkFileError, match=r"d\.csv:3: more values"):
     loaders.load_csv(extra, fields)
+
+
+def test_gaia_questions_with_attached_files_are_split_off(tmp_path):
+  tasks = loaders.load_gaia(_write_jsonl(tmp_path / "metadata.jsonl", GAIA_ROWS))
+  text_only, with_files = loaders.split_attachments(tasks)
+  assert [t.id for t in text_only] == ["t-1"] and [t.id for t in with_files] == ["t-2"]
+
+
+WEBWALKER_ROW = {
+  "Question": "When is the paper deadline of the industry track?", "Answer": "March 21",
+  "Root_Url": "https://conf.example.org/",
+  "Info": {"Hop": "single_source", "Difficulty_Level": "easy",
+           "Golden_Path": ["root->calls"]}}
+
+
+def test_webwalker_json_list_and_lower_case_jsonl(tmp_path):
+  listed = tmp_path / "main.json"
+  listed.write_text(json.dumps([WEBWALKER_ROW]))
+  (task,) = loaders.load_webwalker(listed)
+  assert (task.id, task.answer, task.level) == ("webwalker-1", "March 21", "easy")
+  assert task.text == ("When is the paper deadline of the industry track?\n"
+                       "Start from the website https://conf.example.org/")
+  assert task.extra == {"Info": WEBWALKER_ROW["Info"], "root_url": "https://conf.example.org/"}
+  lower = {"id": "w7", "question": "Q?", "answer": 3, "root_url": "https://a.example/"}
+  lines = _write_jsonl(tmp_path / "ww.jsonl", [lower], ["", json.dumps(lower | {"id": ""})])
+  assert [(t.id, t.answer, t.level) for t in loaders.load_webwalker(lines)] == [
+    ("w7", "3", ""), ("webwalker-3", "3", "")]
+
+
+def test_webwalker_bad_rows_name_the_file_and_line_or_item(tmp_path):
+  path = _write_jsonl(tmp_path / "ww.jsonl", [WEBWALKER_ROW, {"Question": "Q?",
+                                                              "Answer": "A"}])
+  with pytest.raises(loaders.BenchmarkFileError) as err:
+    loaders.load_webwalker(path)
+  assert str(err.value) == f"{path}:2: missing field 'root_url' (or 'Root_Url')"
+  listed = tmp_path / "main.json"
+  listed.write_text(json.dumps([WEBWALKER_ROW, WEBWALKER_ROW | {"Answer": " "}]))
+  with pytest.raises(loaders.BenchmarkFileError,
+                     match=rf"{listed}: item 2: field 'Answer' must be a non-empty string"):
+    loaders.load_webwalker(listed)
+  listed.write_text(json.dumps([["not", "a", "row"]]))
+  with pytest.raises(loaders.BenchmarkFileError, match=r"item 1: expected a JSON object"):
+    loaders.load_webwalker(listed)
+  listed.write_text("[{broken")
+  with pytest.raises(loaders.BenchmarkFileError, match=rf"{listed}: malformed JSON"):
+    loaders.load_webwalker(listed)
+
+
+def test_rows_without_ids_are_named_by_their_line(tmp_path):
+  fields = {"id": "id", "question": "question", "answer": "answer"}
+  path = _write_jsonl(tmp_path / "plain.jsonl", [{"question": "Q1?", "answer": "A1"}],
+                      ["", json.dumps({"id": "x", "question": "Q2?", "answer": "A2"})])
+  assert [(t.id, t.text, t.answer) for t in loaders.load_jsonl(path, fields)] == [
+    ("line-1", "Q1?", "A1"), ("x", "Q2?", "A2")]
+  plain = tmp_path / "plain.csv"
+  plain.write_text("question,answer\nQ1?,A1\n")
+  assert [(t.id, t.text) for t in loaders.load_csv(plain, fields)] == [("line-2", "Q1?")]

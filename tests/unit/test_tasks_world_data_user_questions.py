@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from mgrpo_jax import plugins
-from mgrpo_jax.config import apply_overrides, base_config, validate
+from mgrpo_jax.config import ConfigError, apply_overrides, base_config, validate
 from mgrpo_jax.tasks.loaders import BenchmarkFileError
 from mgrpo_jax.tasks.world_data import load_questions
 from mgrpo_jax.tasks.world_setup import WorldSetup
@@ -21,8 +21,10 @@ EXAMPLE_FIELDS = "id=qid,question=prompt,answer=gold,level=level"
 
 
 def _world(**overrides):
+  """The world settings of `overrides`; a user's questions have no gold path, so R_S
+  drops the gold-path expert term (the rule of test_user_questions_need_another_expert_judge)."""
   config = base_config()
-  apply_overrides(config, {f"world.{k}": v for k, v in overrides.items()})
+  apply_overrides(config, {"rewards.b3": 0.0, **{f"world.{k}": v for k, v in overrides.items()}})
   validate(config)
   return WorldSetup.from_config(config)
 
@@ -97,3 +99,49 @@ def test_example_gin_file_binds_the_users_reward(monkeypatch):
   reward = plugins.main_reward_fn()(np.array([True, True, False]),
                                     np.array([True, False, False]), a1=0.1, a2=0.9)
   np.testing.assert_allclose(reward, [1.2, 0.2, 0.0])
+
+
+def test_gaia_questions_with_files_are_left_out_and_counted(tmp_path, caplog):
+  path = tmp_path / "metadata.jsonl"
+  rows = [{"task_id": f"g{i}", "Question": f"Q{i}?", "Final answer": str(i), "Level": 1,
+           "file_name": "sheet.xlsx" if i % 2 else ""} for i in range(4)]
+  path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+  world = _world(source="gaia", source_path=str(tmp_path))
+  with caplog.at_level("WARNING"):
+    questions = load_questions(tmp_path, world, "stage2")
+  assert [q.id for q in questions] == ["g0", "g2"]
+  assert f"{tmp_path}: 2 of 4 GAIA questions skipped: they need an attached file (g1, g3)" in (
+    caplog.text)
+  path.write_text("".join(json.dumps(r) + "\n" for r in rows[1::2]))
+  with pytest.raises(BenchmarkFileError, match=r"no questions without an attached file "
+                     r"\(2 have one\)"):
+    load_questions(tmp_path, world, "stage2")
+
+
+def test_webwalker_questions_carry_their_root_url(tmp_path):
+  path = tmp_path / "webwalker.json"
+  path.write_text(json.dumps([{"Question": "Who chairs it?", "Answer": "Ada",
+                               "Root_Url": "https://c.example/", "Info": {"Hop": "single"}}]))
+  (question,) = load_questions(tmp_path, _world(source="webwalker", source_path=str(path)),
+                               "stage2")
+  assert (question.id, question.answer, question.path) == ("webwalker-1", "Ada", ())
+  assert question.text.endswith("Start from the website https://c.example/")
+  assert question.meta["root_url"] == "https://c.example/"
+
+
+@pytest.mark.parametrize("source", ["jsonl", "csv", "gaia", "webwalker"])
+def test_user_questions_need_another_expert_judge(source):
+  """No gold path: the gold-path expert judge with b3 > 0 is refused naming both keys;
+  the model judge, b3 = 0 or the single agent (no reports) are accepted."""
+  config = base_config()
+  apply_overrides(config, {"world.source": source, "world.source_path": "q.jsonl"})
+  with pytest.raises(ConfigError, match=r"'rewards.expert_judge': world.source="
+                     rf"'{source}' questions have no gold path"):
+    validate(config)
+  for fix in ({"rewards.expert_judge": "model"}, {"rewards.b3": 0.0},
+              {"experiment.mode": "single_agent"}):
+    fixed = base_config()
+    apply_overrides(fixed, {"world.source": source, "world.source_path": "q.jsonl", **fix})
+    validate(fixed)
+  apply_overrides(config, {"world.source": "generated"})
+  validate(config)
