@@ -1,25 +1,28 @@
 """Judges that ask a language model: r_correct of M's answers and r_expert of S's reports.
 
-For each item a prompt file (`judge_prompts/answer.txt`, `expert.txt`, or a file of the
-user's) is filled with the item's fields, the model replies (`JudgeModel.complete`, in
-batches of `JudgeModel.batch_size` prompts), and the reply's strict final verdict line
-(`verdicts.py`) gives the score:
+For each item a prompt file (`judge_prompts/`, or a file of the user's) is filled with
+the item's fields, the model replies (`JudgeModel.complete`, in batches of
+`JudgeModel.batch_size` prompts), and the reply's verdict, read by one of the strict
+grammars of `verdicts.py`, gives the score. Each grammar has its own prompts and labels
+(`default_prompt`, `verdicts`): `final_line` (`answer.txt`, `expert.txt`: a final
+`VERDICT:` line) and `first_word` (`answer_first_word.txt`, `expert_first_word.txt`: the
+label first, for small models).
 
   answer judge  fields question, gold_answer, candidate; verdicts correct (1.0) and
                 incorrect (0.0): the paper's r_correct in R_M = format * (a1 + a2 *
                 correct), without the gold-answer string match.
   expert judge  fields question, subtask, report, evidence (S's tool observations, cut to
-                `evidence_chars`); verdicts 1, 0.5 and 0: the paper's r_expert in R_S
-                (1: true and what the sub-task asks for, 0.5: true but off the
-                question's path or partial, 0: false or unsupported), without the gold
-                path.
+                `evidence_chars`, or left out); verdicts 1, 0.5 and 0 (`final_line`) or
+                yes, partly and no (`first_word`): the paper's r_expert in R_S (1: true
+                and what the sub-task asks for, 0.5: true but off the question's path or
+                partial, 0: false or unsupported), without the gold path.
 
 A reply without exactly one well-formed verdict is a judge failure: counted
 (`JudgeCounters.failures`) and scored `failure_score`, a setting of the caller
 (`rewards.judge.failure_score`), never a silent 0 or 1. Every reply is cached on disk
 (`judge_cache.py`) under the hash of (the model's identity, the prompt file's contents,
-the sampling settings, the item's fields): items already asked, in this run or an
-earlier one, and duplicates within a batch, are not asked again.
+the sampling settings, the verdict grammar, the item's fields): items already asked, in
+this run or an earlier one, and duplicates within a batch, are not asked again.
 """
 
 from __future__ import annotations
@@ -32,15 +35,33 @@ from typing import Any, Protocol
 
 from mgrpo_jax.tasks.judge_cache import JudgeCache, cache_key
 from mgrpo_jax.tasks.judges import AnswerItem, ReportItem
-from mgrpo_jax.tasks.verdicts import VerdictError, parse_verdict
+from mgrpo_jax.tasks.verdicts import FINAL_LINE, FIRST_WORD, PARSERS, VerdictError
 
 PROMPTS = pathlib.Path(__file__).parent / "judge_prompts"
 ANSWER_FIELDS = ("question", "gold_answer", "candidate")
 EXPERT_FIELDS = ("question", "subtask", "report", "evidence")
 ANSWER_VERDICTS = {"correct": 1.0, "incorrect": 0.0}
 EXPERT_VERDICTS = {"1": 1.0, "0.5": 0.5, "0": 0.0}
-# What the expert prompt's {evidence} reads when S read nothing (or evidence is off).
+# The expert labels of `first_word`: words, as a number first is often a list's "1.".
+EXPERT_WORD_VERDICTS = {"yes": 1.0, "partly": 0.5, "no": 0.0}
+# What the expert prompt's {evidence} reads when S read nothing, when evidence is left
+# out (evidence_chars 0), and after evidence cut to evidence_chars.
 NO_EVIDENCE = "(nothing)"
+EVIDENCE_OFF = "(not shown)"
+EVIDENCE_CUT = " [...]"
+
+
+def verdicts(kind: str, verdict_format: str) -> dict[str, float]:
+  """The labels and scores of the `kind` ("answer", "expert") judge in `verdict_format`."""
+  if kind == "answer":
+    return dict(ANSWER_VERDICTS)
+  return dict(EXPERT_WORD_VERDICTS if verdict_format == FIRST_WORD else EXPERT_VERDICTS)
+
+
+def default_prompt(kind: str, verdict_format: str) -> pathlib.Path:
+  """The package's prompt file of the `kind` judge in `verdict_format`."""
+  return PROMPTS / (f"{kind}.txt" if verdict_format == FINAL_LINE
+                    else f"{kind}_{verdict_format}.txt")
 
 
 class JudgeModel(Protocol):
@@ -139,20 +160,25 @@ class ModelJudge:
   answer and expert judges (module docstring)."""
 
   def __init__(self, model: JudgeModel, prompt: JudgePrompt, cache: JudgeCache,
-               verdicts: Mapping[str, float], *, failure_score: float):
+               verdicts: Mapping[str, float], *, verdict_format: str, failure_score: float):
     if not 0.0 <= failure_score <= 1.0:
       raise ValueError(f"failure_score must be in [0, 1], got {failure_score}")
+    if verdict_format not in PARSERS:
+      raise ValueError(f"verdict_format must be one of {', '.join(PARSERS)}, got "
+                       f"{verdict_format!r}")
     self.model = model
     self.prompt = prompt
     self.cache = cache
     self.verdicts = dict(verdicts)
+    self.verdict_format = verdict_format
     self.failure_score = float(failure_score)
     self.counters = JudgeCounters()
 
   def key(self, fields: Mapping[str, str]) -> str:
     """The cache key of one item's `fields`."""
     return cache_key({"model": dict(self.model.identity), "settings": dict(self.model.settings),
-                      "prompt": self.prompt.text, "fields": dict(fields)})
+                      "prompt": self.prompt.text, "verdict_format": self.verdict_format,
+                      "fields": dict(fields)})
 
   def judge_fields(self, items: Sequence[Mapping[str, str]]) -> list[Judgement]:
     """One `Judgement` per item (its prompt's fields), in order; uncached prompts go to
@@ -181,7 +207,7 @@ class ModelJudge:
     counters.items += 1
     counters.cached += cached
     try:
-      label = parse_verdict(reply, self.verdicts)
+      label = PARSERS[self.verdict_format](reply, self.verdicts)
     except VerdictError as e:
       counters.failures += 1
       return Judgement(None, str(e), self.failure_score, reply, cached)
@@ -212,8 +238,9 @@ class ModelAnswerJudge:
 
 
 class ModelExpertJudge:
-  """`judges.ExpertJudge` asking a model to grade a report, with the evidence S read (its
-  first `evidence_chars` characters; 0: none)."""
+  """`judges.ExpertJudge` asking a model to grade a report, with the evidence S read: its
+  first `evidence_chars` characters (marked `EVIDENCE_CUT` when cut), or, at 0, none
+  (`EVIDENCE_OFF`: the prompt is shorter and the judge is not told S read nothing)."""
 
   def __init__(self, judge: ModelJudge, *, evidence_chars: int):
     if evidence_chars < 0:
@@ -225,10 +252,19 @@ class ModelExpertJudge:
   def counters(self) -> JudgeCounters:
     return self.judge.counters
 
+  def evidence(self, text: str) -> str:
+    """What the prompt's {evidence} reads for the evidence `text` S read."""
+    if not self.evidence_chars:
+      return EVIDENCE_OFF
+    if not text:
+      return NO_EVIDENCE
+    return (text if len(text) <= self.evidence_chars
+            else text[:self.evidence_chars] + EVIDENCE_CUT)
+
   def judgements(self, items: Sequence[ReportItem]) -> list[Judgement]:
     return self.judge.judge_fields([
         {"question": item.task.text, "subtask": item.subtask, "report": item.report,
-         "evidence": item.evidence[:self.evidence_chars] or NO_EVIDENCE} for item in items])
+         "evidence": self.evidence(item.evidence)} for item in items])
 
   def batch(self, items: Sequence[ReportItem]) -> list[float]:
     return [j.score for j in self.judgements(items)]

@@ -55,6 +55,7 @@ class JudgeSettings:
   cache_dir: str
   failure_score: float
   evidence_chars: int
+  verdict_format: str
   answer_prompt: str
   expert_prompt: str
 
@@ -69,7 +70,8 @@ class JudgeSettings:
         temperature=float(judge.temperature), top_k=int(judge.top_k),
         top_p=float(judge.top_p), batch_size=int(judge.batch_size),
         cache_dir=str(judge.cache_dir), failure_score=float(judge.failure_score),
-        evidence_chars=int(judge.evidence_chars), answer_prompt=str(judge.answer_prompt),
+        evidence_chars=int(judge.evidence_chars),
+        verdict_format=str(judge.verdict_format), answer_prompt=str(judge.answer_prompt),
         expert_prompt=str(judge.expert_prompt))
 
   def cache_folder(self, root: str | pathlib.Path) -> pathlib.Path:

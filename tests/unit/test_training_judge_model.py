@@ -93,7 +93,7 @@ def test_greedy_replies_are_deterministic(tiny, tmp_path):
   replies = [j.reply for j in first.judge_fields(_fields(qs))]
   fresh = ModelJudge(SamplerJudgeModel(JudgeSettings.from_config(config.rewards)),
                      first.prompt, JudgeCache(tmp_path / "b"), ANSWER_VERDICTS,
-                     failure_score=0.5)
+                     verdict_format="final_line", failure_score=0.5)
   assert [j.reply for j in fresh.judge_fields(_fields(qs))] == replies
   assert fresh.model.completions == len(replies)
 
