@@ -6,7 +6,10 @@ the item's fields, the model replies (`JudgeModel.complete`, in batches of
 grammars of `verdicts.py`, gives the score. Each grammar has its own prompts and labels
 (`default_prompt`, `verdicts`): `final_line` (`answer.txt`, `expert.txt`: a final
 `VERDICT:` line) and `first_word` (`answer_first_word.txt`, `expert_first_word.txt`: the
-label first, for small models).
+label first, for small models). A prompt file may end with a line `[reply]` and the
+text the judge's reply starts with (the model's turn is primed with it, e.g.
+`Verdict (correct or incorrect):`, so a small model's next word is the label); the
+grammar reads what the model writes after it.
 
   answer judge  fields question, gold_answer, candidate; verdicts correct (1.0) and
                 incorrect (0.0): the paper's r_correct in R_M = format * (a1 + a2 *
@@ -76,17 +79,26 @@ class JudgeModel(Protocol):
   settings: Mapping[str, Any]
   batch_size: int
 
-  def complete(self, prompts: Sequence[str]) -> list[str]:
-    """The reply to each prompt (a user message), in order; at most `batch_size`."""
+  def complete(self, prompts: Sequence[str], reply_prefix: str = "") -> list[str]:
+    """The reply to each prompt (a user message), in order; at most `batch_size`. The
+    model's turn starts with `reply_prefix`, which the replies do not repeat."""
     ...
+
+
+# The line of a prompt file after which the start of the judge's reply follows.
+REPLY_MARKER = "[reply]"
 
 
 @dataclasses.dataclass(frozen=True)
 class JudgePrompt:
-  """A prompt file with named placeholders (`{question}`; `{{` for a literal brace)."""
+  """A prompt file with named placeholders (`{question}`; `{{` for a literal brace): the
+  user message, then optionally a line `[reply]` and the start of the judge's reply
+  (`reply_prefix`, no placeholders; module docstring)."""
 
   path: pathlib.Path
   text: str
+  message: str
+  reply_prefix: str
 
   @classmethod
   def load(cls, path: str | pathlib.Path, fields: Sequence[str]) -> JudgePrompt:
@@ -100,21 +112,41 @@ class JudgePrompt:
       text = path.read_text(encoding="utf-8")
     except OSError as e:
       raise ValueError(f"judge prompt {path}: {e}") from None
+    lines = text.splitlines(keepends=True)
+    markers = [i for i, line in enumerate(lines) if line.strip() == REPLY_MARKER]
+    if len(markers) > 1:
+      raise ValueError(f"judge prompt {path}: lines {', '.join(str(i + 1) for i in markers)} "
+                       f"are {REPLY_MARKER}, expected at most one")
+    cut = markers[0] if markers else len(lines)
+    message, reply = "".join(lines[:cut]), "".join(lines[cut + 1:]).rstrip("\n")
     try:
-      found = {name for _, name, _, _ in string.Formatter().parse(text) if name is not None}
+      found, in_reply = ({name for _, name, _, _ in string.Formatter().parse(part)
+                          if name is not None} for part in (message, reply))
     except ValueError as e:
       raise ValueError(f"judge prompt {path}: {e} (write a literal brace as {{{{ or }}}})"
                        ) from None
+    if in_reply:
+      raise ValueError(f"judge prompt {path}: the reply's start after line {cut + 1} "
+                       f"({REPLY_MARKER}) may not hold a placeholder, found "
+                       f"{', '.join(sorted(in_reply))}")
     unknown, missing = sorted(found - set(fields)), sorted(set(fields) - found)
     if unknown or missing:
       raise ValueError(f"judge prompt {path}: placeholders must be {{"
                        + "}, {".join(fields) + "}"
                        + (f"; unknown: {', '.join(unknown)}" if unknown else "")
                        + (f"; missing: {', '.join(missing)}" if missing else ""))
-    return cls(path, text)
+    return cls(path, text, message, reply.format())
 
   def fill(self, values: Mapping[str, str]) -> str:
-    return self.text.format(**values)
+    """The user message of `values`."""
+    return self.message.format(**values)
+
+  def transcript(self, values: Mapping[str, str]) -> str:
+    """The user message of `values` and the reply's start, as the file writes them: what
+    the cache keeps beside a reply."""
+    if not self.reply_prefix:
+      return self.fill(values)
+    return f"{self.fill(values)}{REPLY_MARKER}\n{self.reply_prefix}"
 
 
 @dataclasses.dataclass
@@ -186,18 +218,20 @@ class ModelJudge:
     keys = [self.key(fields) for fields in items]
     replies = {key: self.cache.get(key) for key in dict.fromkeys(keys)}
     cached = {key for key, reply in replies.items() if reply is not None}
-    pending = {key: self.prompt.fill(fields) for key, fields in zip(keys, items, strict=True)
+    fields_of = dict(zip(keys, items, strict=True))
+    pending = {key: self.prompt.fill(fields) for key, fields in fields_of.items()
                if key not in cached}
     order = sorted(pending, key=lambda k: (len(pending[k]), k))
     size = max(1, int(self.model.batch_size))
     for start in range(0, len(order), size):
       chunk = order[start:start + size]
-      outputs = self.model.complete([pending[key] for key in chunk])
+      outputs = self.model.complete([pending[key] for key in chunk],
+                                    reply_prefix=self.prompt.reply_prefix)
       if len(outputs) != len(chunk):
         raise ValueError(f"the judge model returned {len(outputs)} replies for "
                          f"{len(chunk)} prompts")
       for key, output in zip(chunk, outputs, strict=True):
-        self.cache.put(key, pending[key], output)
+        self.cache.put(key, self.prompt.transcript(fields_of[key]), output)
         replies[key] = output
       self.counters.generated += len(chunk)
     return [self._outcome(replies[key], key in cached) for key in keys]

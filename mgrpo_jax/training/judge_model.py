@@ -6,8 +6,9 @@ Hugging Face folder, or a preset trained from scratch with the parameter checkpo
 `rewards.judge.checkpoint` (`checkpoint.save_params`, e.g. a warm start's) and its
 tokenizer (`rewards.judge.tokenizer`, else the world's). Each prompt is one user
 message in the model's chat template (`rewards.judge.chat_template`, as an agent's
-`model.chat_template`), and a batch of them is one `Sampler.generate` call, greedy by
-default, ending at the tokenizer's EOS or `max_new_tokens`.
+`model.chat_template`), its assistant turn opened and started with the prompt's reply
+prefix (if any), and a batch of them is one `Sampler.generate` call, greedy by default,
+ending at the tokenizer's EOS or `max_new_tokens`.
 
 The model is loaded on the first completion, so a run whose judge items are all cached
 loads nothing. Its `identity` (preset or absolute path, checkpoint, tokenizer, chat
@@ -119,12 +120,14 @@ class SamplerJudgeModel:
     return {"max_new_tokens": s.max_new_tokens, "temperature": s.temperature,
             "top_k": s.top_k, "top_p": s.top_p}
 
-  def complete(self, prompts: Sequence[str]) -> list[str]:
-    """The reply to each prompt: one `Sampler.generate` call, EOS ids removed."""
+  def complete(self, prompts: Sequence[str], reply_prefix: str = "") -> list[str]:
+    """The reply to each prompt after `reply_prefix`: one `Sampler.generate` call, EOS ids
+    removed."""
     sampler, tokenizer = self.load()
     s = self.config
+    primed = tokenizer.encode(reply_prefix) if reply_prefix else []
     ids = [render_chat(tokenizer, [{"role": "user", "content": p}],
-                       add_generation_prompt=True).ids.tolist() for p in prompts]
+                       add_generation_prompt=True).ids.tolist() + primed for p in prompts]
     key = jax.random.fold_in(jax.random.key(0), zlib.crc32("\n".join(prompts).encode()))
     out = sampler.generate(ids, SamplingParams(
         max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_k=s.top_k,

@@ -8,6 +8,8 @@ weights at its first uncached item, so these tests show that cached items never 
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
 import types
 
 import pytest
@@ -24,6 +26,7 @@ from mgrpo_jax.tasks.model_judge import (
   EXPERT_VERDICTS,
   NO_EVIDENCE,
   PROMPTS,
+  REPLY_MARKER,
   JudgePrompt,
   ModelAnswerJudge,
   ModelExpertJudge,
@@ -78,6 +81,72 @@ def test_a_prompt_file_with_other_placeholders_is_an_error_naming_it(tmp_path, t
   assert str(path) in str(error.value)
   with pytest.raises(ValueError, match="no_such.txt"):
     JudgePrompt.load(tmp_path / "no_such.txt", ANSWER_FIELDS)
+
+
+def test_a_prompt_file_may_end_with_the_start_of_the_judges_reply(tmp_path):
+  path = tmp_path / "primed.txt"
+  path.write_text("Q: {question} G: {gold_answer} C: {candidate} {{x}}\n"
+                  f"{REPLY_MARKER}\nVerdict {{{{x}}}}:\n")
+  prompt = JudgePrompt.load(path, ANSWER_FIELDS)
+  values = {"question": "q", "gold_answer": "g", "candidate": "c"}
+  assert prompt.fill(values) == "Q: q G: g C: c {x}\n"
+  assert prompt.reply_prefix == "Verdict {x}:"
+  assert prompt.transcript(values) == f"Q: q G: g C: c {{x}}\n{REPLY_MARKER}\nVerdict {{x}}:"
+  assert JudgePrompt.load(PROMPTS / "answer.txt", ANSWER_FIELDS).reply_prefix == ""
+  for kind, fields in (("answer", ANSWER_FIELDS), ("expert", EXPERT_FIELDS)):
+    primed = JudgePrompt.load(default_prompt(kind, "first_word"), fields)
+    assert all(label in primed.reply_prefix for label in verdicts(kind, "first_word"))
+
+
+@pytest.mark.parametrize("text,problem", [
+    (f"{{question}} {{gold_answer}}\n{REPLY_MARKER}\n{{candidate}}",
+     rf"the reply's start after line 2 \({re.escape(REPLY_MARKER)}\) may not hold a "
+     r"placeholder, found candidate"),
+    (f"{{question}} {{gold_answer}} {{candidate}}\n{REPLY_MARKER}\nA\n {REPLY_MARKER}\n",
+     rf"lines 2, 4 are {re.escape(REPLY_MARKER)}, expected at most one"),
+])
+def test_a_bad_reply_start_is_an_error_naming_the_file_and_line(tmp_path, text, problem):
+  path = tmp_path / "mine.txt"
+  path.write_text(text)
+  with pytest.raises(ValueError, match=problem) as error:
+    JudgePrompt.load(path, ANSWER_FIELDS)
+  assert str(path) in str(error.value)
+
+
+class _Echo:
+  """A judge model that records what it is asked, and calls a candidate Amon Kesh
+  correct (without a label otherwise)."""
+
+  identity = {"name": "echo"}
+  settings = {}
+  batch_size = 2
+
+  def __init__(self):
+    self.asked = []
+
+  def complete(self, prompts, reply_prefix=""):
+    self.asked.append((list(prompts), reply_prefix))
+    return ["Correct, it matches." if "Candidate answer: Amon" in p else "The end."
+            for p in prompts]
+
+
+def test_a_judge_sends_the_message_and_the_reply_start_and_caches_the_transcript(tmp_path):
+  prompt = JudgePrompt.load(default_prompt("answer", "first_word"), ANSWER_FIELDS)
+  model = _Echo()
+  judge = ModelJudge(model, prompt, JudgeCache(tmp_path), ANSWER_VERDICTS,
+                     verdict_format="first_word", failure_score=0.0)
+  items = [{"question": TASK.text, "gold_answer": TASK.answer, "candidate": c}
+           for c in ("Amon Kesh", "Velora", "Amon Kesh")]
+  outcomes = judge.judge_fields(items)
+  assert [(j.verdict, j.score) for j in outcomes] == [("correct", 1.0), (None, 0.0),
+                                                      ("correct", 1.0)]
+  assert model.asked == [([prompt.fill(items[1]), prompt.fill(items[0])],
+                          prompt.reply_prefix)]  # shortest first, duplicates asked once
+  key = judge.key(items[0])
+  entry = json.loads(judge.cache.path(key).read_text())
+  assert entry["prompt"] == prompt.transcript(items[0]) == (
+      f"{prompt.fill(items[0])}{REPLY_MARKER}\n{prompt.reply_prefix}")
+  assert entry["output"] == "Correct, it matches." and judge.counters.generated == 2
 
 
 def test_the_key_changes_with_the_model_the_settings_the_prompt_and_every_field(tmp_path):
