@@ -41,6 +41,7 @@ import time
 
 from mgrpo_jax.config import base_config, validate
 from mgrpo_jax.tasks import pages, questions, world
+from mgrpo_jax.tasks.agreement import cohen_kappa
 from mgrpo_jax.tasks.judges import (
   AnswerItem,
   ExactMatchJudge,
@@ -126,20 +127,6 @@ def build_items(answers: int, reports: int, noise: float, seed: int) -> Items:
                      f"{len(items.reports)} reports, fewer than --answers {answers} and "
                      f"--reports {reports} ask")
   return items
-
-
-def cohen_kappa(a: list[float], b: list[float]) -> float:
-  """Cohen's kappa of two labelings of the same items (1: perfect, 0: chance): (p_o -
-  p_e) / (1 - p_e), p_o the share of items labeled alike, p_e the share expected of two
-  independent labelings with these label frequencies. Undefined (nan) without items or
-  when both give every item the same one label (p_e = 1)."""
-  n = len(a)
-  if n == 0:
-    return float("nan")
-  observed = sum(x == y for x, y in zip(a, b, strict=True)) / n
-  count_a, count_b = collections.Counter(a), collections.Counter(b)
-  expected = sum(count_a[label] * count_b[label] for label in count_a) / n**2
-  return float("nan") if expected == 1.0 else (observed - expected) / (1.0 - expected)
 
 
 def agreement(name: str, judgements, reference: list[float], seconds: float) -> str:

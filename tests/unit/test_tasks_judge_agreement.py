@@ -1,5 +1,4 @@
-"""benchmarks/judge_agreement.py: Cohen's kappa against hand-computed examples, and the
-items it builds (their counts and reference labels)."""
+"""Cohen's kappa (`tasks/agreement.py`) against values computed by hand."""
 
 from __future__ import annotations
 
@@ -7,7 +6,7 @@ import math
 
 import pytest
 
-from benchmarks.judge_agreement import build_items, cohen_kappa
+from mgrpo_jax.tasks.agreement import cohen_kappa
 
 
 @pytest.mark.parametrize("a,b,kappa", [
@@ -29,13 +28,6 @@ def test_cohens_kappa_is_undefined_without_items_or_variation(a, b):
   assert math.isnan(cohen_kappa(a, b))
 
 
-def test_the_items_have_the_asked_counts_and_the_references_labels():
-  items = build_items(answers=12, reports=7, noise=0.6, seed=0)
-  assert len(items.answers) == len(items.answer_labels) == 12
-  assert len(items.reports) == len(items.report_labels) == 7
-  assert set(items.report_labels) <= {0.0, 0.5, 1.0}
-  gold, _, _, near, wrong = items.answers[:5]
-  assert items.answer_labels[0] == items.answer_labels[2] == 1.0  # the gold, reformatted
-  assert items.answer_labels[3] == items.answer_labels[4] == 0.0  # near miss, wrong one
-  assert gold.prediction == gold.task.answer
-  assert gold.task.answer not in (near.prediction, wrong.prediction)
+def test_labelings_of_different_lengths_are_an_error():
+  with pytest.raises(ValueError, match="differ in length: 2 and 1"):
+    cohen_kappa([1, 0], [1])
