@@ -7,9 +7,9 @@ grammars of `verdicts.py`, gives the score. Each grammar has its own prompts and
 (`default_prompt`, `verdicts`): `final_line` (`answer.txt`, `expert.txt`: a final
 `VERDICT:` line) and `first_word` (`answer_first_word.txt`, `expert_first_word.txt`: the
 label first, for small models). A prompt file may end with a line `[reply]` and the
-text the judge's reply starts with (the model's turn is primed with it, e.g.
-`Verdict (correct or incorrect):`, so a small model's next word is the label); the
-grammar reads what the model writes after it.
+text the judge's reply starts with (the model's turn is primed with it, e.g. `Verdict:`,
+so that a small model's next word is the label); the grammar reads what the model writes
+after it.
 
   answer judge  fields question, gold_answer, candidate; verdicts correct (1.0) and
                 incorrect (0.0): the paper's r_correct in R_M = format * (a1 + a2 *
