@@ -134,7 +134,7 @@ def agreement(name: str, judgements, reference: list[float], seconds: float) -> 
   judged = [(j.score, label) for j, label in zip(judgements, reference, strict=True)
             if j.verdict is not None]
   n, failures = len(reference), len(reference) - len(judged)
-  accuracy = sum(s == r for s, r in judged) / max(len(judged), 1)
+  accuracy = sum(s == r for s, r in judged) / len(judged) if judged else float("nan")
   kappa = cohen_kappa([s for s, _ in judged], [r for _, r in judged])
   strict = sum(s == r for s, r in judged) / max(n, 1)
   labels = dict(sorted(collections.Counter(reference).items()))
