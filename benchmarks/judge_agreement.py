@@ -1,13 +1,14 @@
 """Benchmark: the model judge's agreement with the programmatic judges on the offline world.
 
-  PYTHONPATH=. python benchmarks/judge_agreement.py [--items 500] [--preset smollm2_135m]
-      [--checkpoint DIR] [--tokenizer FILE] [--max_new_tokens 16] [--batch_size 16]
-      [--temperature 0] [--noise 0.6] [--cache_dir DIR]
+  PYTHONPATH=. python benchmarks/judge_agreement.py [--answers 500] [--reports 500]
+      [--preset smollm2_135m] [--checkpoint DIR] [--tokenizer FILE]
+      [--verdict_format final_line] [--evidence_chars 2000] [--max_new_tokens 16]
+      [--batch_size 16] [--temperature 0] [--noise 0.6] [--cache_dir DIR]
 
 On the natural rendering of a generated world, where gold answers and gold paths are
 known, the noisy scripted oracles (M's and S's systematic mistakes at rate `--noise`)
-play stage-2 questions (`tasks.oracle.episode.run_episode`). Half of the `--items` are
-answers, half reports:
+play stage-2 questions (`tasks.oracle.episode.run_episode`), giving `--answers` answers
+and `--reports` reports (0: that judge is not measured):
 
   answers  per question in turn: the gold answer, M's answer (right or wrong), the gold
            answer reformatted as exact match still accepts it ("The X." / "1,204"), a
@@ -20,11 +21,13 @@ answers, half reports:
 
 The model judge (`rewards.judge.*` settings from the flags, its prompts, strict
 verdicts and cache; a fresh temporary cache unless `--cache_dir`) judges them all, and
-for each judge the script prints the items, the failure rate (replies without a
-well-formed verdict), the agreement with the reference over the items with a verdict
-(accuracy, and Cohen's kappa: agreement beyond what the two label frequencies give by
-chance), the accuracy with failures counted as disagreements, and items per second
-(the judge's wall time, compilation included; the model's load time is printed apart).
+for each judge the script prints the items and the reference's label counts (kappa
+corrects for their imbalance), the failure rate (replies without a well-formed
+verdict), the agreement with the reference over the items with a verdict (accuracy, and
+Cohen's kappa: agreement beyond what the two label frequencies give by chance), the
+judge's own label counts, the accuracy with failures counted as disagreements, and items
+per second (the judge's wall time, compilation included; the model's load time is
+printed apart).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import time
 
 from mgrpo_jax.config import base_config, validate
 from mgrpo_jax.tasks import pages, questions, world
+from mgrpo_jax.tasks.agreement import cohen_kappa
 from mgrpo_jax.tasks.judges import (
   AnswerItem,
   ExactMatchJudge,
@@ -89,8 +93,8 @@ def reformatted(gold: str) -> str:
   return f"The {gold}."
 
 
-def build_items(count: int, noise: float, seed: int) -> Items:
-  """`count` items (half answers, half reports) from noisy-oracle episodes (module
+def build_items(answers: int, reports: int, noise: float, seed: int) -> Items:
+  """`answers` answers and `reports` reports from noisy-oracle episodes (module
   docstring)."""
   rng = random.Random(seed)
   w = world.generate_world("tiny", seed)
@@ -99,10 +103,9 @@ def build_items(count: int, noise: float, seed: int) -> Items:
                               top_n=int(config.tools.search_top_n),
                               visit_budget=int(config.tools.visit_chars))
   main, sub = NATURAL.main_oracle(noise, seed), NATURAL.sub_oracle(noise, seed)
-  answers, reports = count // 2, count - count // 2
   exact, expert = ExactMatchJudge(), ProgrammaticExpertJudge(w)
   items = Items()
-  pool = questions.synthesize(w, max(50, count), stage=2, seed=seed)
+  pool = questions.synthesize(w, max(50, answers, reports), stage=2, seed=seed)
   for q in pool:
     if len(items.answers) >= answers and len(items.reports) >= reports:
       break
@@ -121,19 +124,9 @@ def build_items(count: int, noise: float, seed: int) -> Items:
         items.report_labels.append(min(EXPERT_VALUES, key=lambda v: (abs(v - score), v)))
   if len(items.answers) < answers or len(items.reports) < reports:
     raise ValueError(f"{len(pool)} questions gave {len(items.answers)} answers and "
-                     f"{len(items.reports)} reports, fewer than --items {count} asks")
+                     f"{len(items.reports)} reports, fewer than --answers {answers} and "
+                     f"--reports {reports} ask")
   return items
-
-
-def cohen_kappa(a: list[float], b: list[float]) -> float:
-  """Cohen's kappa of two labelings of the same items (1: perfect, 0: chance)."""
-  n = len(a)
-  if n == 0:
-    return float("nan")
-  observed = sum(x == y for x, y in zip(a, b, strict=True)) / n
-  count_a, count_b = collections.Counter(a), collections.Counter(b)
-  expected = sum(count_a[label] * count_b[label] for label in count_a) / n**2
-  return 1.0 if expected == 1.0 else (observed - expected) / (1.0 - expected)
 
 
 def agreement(name: str, judgements, reference: list[float], seconds: float) -> str:
@@ -141,22 +134,26 @@ def agreement(name: str, judgements, reference: list[float], seconds: float) -> 
   judged = [(j.score, label) for j, label in zip(judgements, reference, strict=True)
             if j.verdict is not None]
   n, failures = len(reference), len(reference) - len(judged)
-  accuracy = sum(s == r for s, r in judged) / max(len(judged), 1)
+  accuracy = sum(s == r for s, r in judged) / len(judged) if judged else float("nan")
   kappa = cohen_kappa([s for s, _ in judged], [r for _, r in judged])
   strict = sum(s == r for s, r in judged) / max(n, 1)
   labels = dict(sorted(collections.Counter(reference).items()))
+  given = dict(sorted(collections.Counter(s for s, _ in judged).items()))
   return (f"{name}: {n} items (reference labels {labels}), failure rate "
-          f"{failures / max(n, 1):.3f}, agreement on the {len(judged)} judged: accuracy "
-          f"{accuracy:.3f}, Cohen's kappa {kappa:.3f}; accuracy counting failures as "
-          f"wrong {strict:.3f}; {n / max(seconds, 1e-9):.2f} items/s")
+          f"{failures / max(n, 1):.3f}, agreement on the {len(judged)} judged (judge labels "
+          f"{given}): accuracy {accuracy:.3f}, Cohen's kappa {kappa:.3f}; accuracy counting "
+          f"failures as wrong {strict:.3f}; {n / max(seconds, 1e-9):.2f} items/s")
 
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--items", type=int, default=500)
+  parser.add_argument("--answers", type=int, default=500)
+  parser.add_argument("--reports", type=int, default=500)
   parser.add_argument("--preset", default="smollm2_135m")
   parser.add_argument("--checkpoint", default="")
   parser.add_argument("--tokenizer", default="")
+  parser.add_argument("--verdict_format", default="final_line")
+  parser.add_argument("--evidence_chars", type=int, default=2000)
   parser.add_argument("--max_new_tokens", type=int, default=16)
   parser.add_argument("--batch_size", type=int, default=16)
   parser.add_argument("--temperature", type=float, default=0.0)
@@ -165,21 +162,24 @@ def main() -> None:
   parser.add_argument("--cache_dir", default="")
   args = parser.parse_args()
 
-  items = build_items(args.items, args.noise, args.seed)
+  items = build_items(args.answers, args.reports, args.noise, args.seed)
   config = base_config()
   config.rewards.answer_judge = config.rewards.expert_judge = "model"
   judge = config.rewards.judge
   judge.preset, judge.checkpoint, judge.tokenizer = args.preset, args.checkpoint, args.tokenizer
   judge.max_new_tokens, judge.batch_size = args.max_new_tokens, args.batch_size
   judge.temperature = args.temperature
+  judge.verdict_format, judge.evidence_chars = args.verdict_format, args.evidence_chars
   validate(config)
   with tempfile.TemporaryDirectory() as scratch:
     judge.cache_dir = args.cache_dir or scratch
     judges = run_judges(config, scratch, gold_path=None)
     settings = JudgeSettings.from_config(config.rewards)
     print(f"judge model {settings.preset} {settings.checkpoint}".rstrip() + ": "
-          f"max_new_tokens {settings.max_new_tokens}, temperature {settings.temperature}, "
-          f"batch {settings.batch_size}, cache {settings.cache_dir}")
+          f"verdict format {settings.verdict_format}, evidence_chars "
+          f"{settings.evidence_chars}, max_new_tokens {settings.max_new_tokens}, "
+          f"temperature {settings.temperature}, batch {settings.batch_size}, cache "
+          f"{settings.cache_dir}")
     start = time.perf_counter()
     judges.answer.judge.model.load()
     print(f"model loaded in {time.perf_counter() - start:.1f} s")
@@ -188,6 +188,8 @@ def main() -> None:
          items.answer_labels),
         ("expert judge vs gold-path expert judge", judges.expert, items.reports,
          items.report_labels)):
+      if not batch:
+        continue
       start = time.perf_counter()
       judgements = judge_.judgements(batch)
       print(agreement(name, judgements, reference, time.perf_counter() - start))

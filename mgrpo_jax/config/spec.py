@@ -465,13 +465,22 @@ SPEC: dict[str, Any] = {
             "failure_score": Field(0.0, "Score of an item whose reply has no well-formed "
                                    "verdict (a counted judge failure).", low=0.0, high=1.0),
             "evidence_chars": Field(2000, "Characters of S's tool observations the expert "
-                                    "judge reads (0: none).", low=0),
+                                    "judge reads, cut beyond (0: none, a shorter prompt).",
+                                    low=0),
+            "verdict_format": Field("final_line", "How a judge reply is read "
+                                    "(`tasks/verdicts.py`): final_line (a last line "
+                                    "'VERDICT: <label>'; labels correct/incorrect and 1/0.5/0) "
+                                    "or first_word (the reply's first word is the label: "
+                                    "correct/incorrect and yes/partly/no; for small models).",
+                                    choices=("final_line", "first_word")),
             "answer_prompt": Field("", "Prompt file of the answer judge with the "
                                    "placeholders {question}, {gold_answer}, {candidate} "
-                                   "(empty: mgrpo_jax/tasks/judge_prompts/answer.txt)."),
+                                   "(empty: mgrpo_jax/tasks/judge_prompts/answer.txt, or "
+                                   "answer_first_word.txt for first_word)."),
             "expert_prompt": Field("", "Prompt file of the expert judge with the "
                                    "placeholders {question}, {subtask}, {report}, {evidence} "
-                                   "(empty: mgrpo_jax/tasks/judge_prompts/expert.txt)."),
+                                   "(empty: mgrpo_jax/tasks/judge_prompts/expert.txt, or "
+                                   "expert_first_word.txt for first_word)."),
         },
     },
     "main": _agent_spec("the main agent M", "tiny"),

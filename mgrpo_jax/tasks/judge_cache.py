@@ -1,8 +1,9 @@
 """The on-disk cache of a model judge's replies: a rerun asks the model nothing twice.
 
 An entry is keyed by `cache_key(parts)`, the SHA-256 of the canonical JSON of what
-decides the reply: the judge model's identity, the prompt file's contents, the sampling
-settings and the item's fields (`model_judge`). It is the file
+decides the reply and how it is read: the judge model's identity, the prompt file's
+contents, the sampling settings, the verdict grammar and the item's fields
+(`model_judge`). It is the file
 `<folder>/<key[:2]>/<key>.json` holding {"key", "prompt", "output"}: the raw reply (its
 verdict is parsed on every read, so a judge failure is cached too) and the prompt it
 answered, for reading a judge's decisions. Entries are written atomically

@@ -6,8 +6,9 @@ Hugging Face folder, or a preset trained from scratch with the parameter checkpo
 `rewards.judge.checkpoint` (`checkpoint.save_params`, e.g. a warm start's) and its
 tokenizer (`rewards.judge.tokenizer`, else the world's). Each prompt is one user
 message in the model's chat template (`rewards.judge.chat_template`, as an agent's
-`model.chat_template`), and a batch of them is one `Sampler.generate` call, greedy by
-default, ending at the tokenizer's EOS or `max_new_tokens`.
+`model.chat_template`), its assistant turn opened and started with the prompt's reply
+prefix (if any), and a batch of them is one `Sampler.generate` call, greedy by default,
+ending at the tokenizer's EOS or `max_new_tokens`.
 
 The model is loaded on the first completion, so a run whose judge items are all cached
 loads nothing. Its `identity` (preset or absolute path, checkpoint, tokenizer, chat
@@ -55,6 +56,7 @@ class JudgeSettings:
   cache_dir: str
   failure_score: float
   evidence_chars: int
+  verdict_format: str
   answer_prompt: str
   expert_prompt: str
 
@@ -69,7 +71,8 @@ class JudgeSettings:
         temperature=float(judge.temperature), top_k=int(judge.top_k),
         top_p=float(judge.top_p), batch_size=int(judge.batch_size),
         cache_dir=str(judge.cache_dir), failure_score=float(judge.failure_score),
-        evidence_chars=int(judge.evidence_chars), answer_prompt=str(judge.answer_prompt),
+        evidence_chars=int(judge.evidence_chars),
+        verdict_format=str(judge.verdict_format), answer_prompt=str(judge.answer_prompt),
         expert_prompt=str(judge.expert_prompt))
 
   def cache_folder(self, root: str | pathlib.Path) -> pathlib.Path:
@@ -117,12 +120,14 @@ class SamplerJudgeModel:
     return {"max_new_tokens": s.max_new_tokens, "temperature": s.temperature,
             "top_k": s.top_k, "top_p": s.top_p}
 
-  def complete(self, prompts: Sequence[str]) -> list[str]:
-    """The reply to each prompt: one `Sampler.generate` call, EOS ids removed."""
+  def complete(self, prompts: Sequence[str], reply_prefix: str = "") -> list[str]:
+    """The reply to each prompt after `reply_prefix`: one `Sampler.generate` call, EOS ids
+    removed."""
     sampler, tokenizer = self.load()
     s = self.config
+    primed = tokenizer.encode(reply_prefix) if reply_prefix else []
     ids = [render_chat(tokenizer, [{"role": "user", "content": p}],
-                       add_generation_prompt=True).ids.tolist() for p in prompts]
+                       add_generation_prompt=True).ids.tolist() + primed for p in prompts]
     key = jax.random.fold_in(jax.random.key(0), zlib.crc32("\n".join(prompts).encode()))
     out = sampler.generate(ids, SamplingParams(
         max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_k=s.top_k,

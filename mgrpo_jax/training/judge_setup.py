@@ -26,14 +26,13 @@ from mgrpo_jax.tasks.judge_cache import JudgeCache
 from mgrpo_jax.tasks.judges import AnswerJudge, ExactMatchJudge, ExpertJudge
 from mgrpo_jax.tasks.model_judge import (
   ANSWER_FIELDS,
-  ANSWER_VERDICTS,
   EXPERT_FIELDS,
-  EXPERT_VERDICTS,
-  PROMPTS,
   JudgePrompt,
   ModelAnswerJudge,
   ModelExpertJudge,
   ModelJudge,
+  default_prompt,
+  verdicts,
 )
 from mgrpo_jax.text import Tokenizer
 from mgrpo_jax.training.judge_model import JudgeSettings, SamplerJudgeModel
@@ -90,10 +89,10 @@ def _model_judge(settings: JudgeSettings, root: str | pathlib.Path,
   """The `kind` ("answer", "expert") judge over the process's model of `settings`."""
   if settings not in _MODELS:
     _MODELS[settings] = SamplerJudgeModel(settings, world_tokenizer)
-  fields, verdicts, prompt = {
-      "answer": (ANSWER_FIELDS, ANSWER_VERDICTS, settings.answer_prompt),
-      "expert": (EXPERT_FIELDS, EXPERT_VERDICTS, settings.expert_prompt)}[kind]
+  fields, prompt = {"answer": (ANSWER_FIELDS, settings.answer_prompt),
+                    "expert": (EXPERT_FIELDS, settings.expert_prompt)}[kind]
+  grammar = settings.verdict_format
   return ModelJudge(_MODELS[settings],
-                    JudgePrompt.load(prompt or PROMPTS / f"{kind}.txt", fields),
-                    JudgeCache(settings.cache_folder(root)), verdicts,
-                    failure_score=settings.failure_score)
+                    JudgePrompt.load(prompt or default_prompt(kind, grammar), fields),
+                    JudgeCache(settings.cache_folder(root)), verdicts(kind, grammar),
+                    verdict_format=grammar, failure_score=settings.failure_score)

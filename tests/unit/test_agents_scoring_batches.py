@@ -99,9 +99,9 @@ def test_model_judges_score_a_batch_as_their_per_item_calls(tmp_path):
   cache = JudgeCache(tmp_path)
   model = SamplerJudgeModel(JudgeSettings.from_config(base_config().rewards))
   answer = ModelJudge(model, JudgePrompt.load(PROMPTS / "answer.txt", ANSWER_FIELDS), cache,
-                      ANSWER_VERDICTS, failure_score=0.0)
+                      ANSWER_VERDICTS, verdict_format="final_line", failure_score=0.0)
   expert = ModelJudge(model, JudgePrompt.load(PROMPTS / "expert.txt", EXPERT_FIELDS), cache,
-                      EXPERT_VERDICTS, failure_score=0.0)
+                      EXPERT_VERDICTS, verdict_format="final_line", failure_score=0.0)
   task = QUESTIONS["q0"]
   for candidate, reply in (("gold", "VERDICT: correct"), ("no", "VERDICT: incorrect"),
                            ("The Gold.", "VERDICT: correct")):

@@ -26,6 +26,9 @@ _WEIGHTLESS = {"rewards.answer_judge": "model", "rewards.judge.preset": "tiny"}
     ({"rewards.judge.evidence_chars": -1}, r"'rewards\.judge\.evidence_chars'"),
     ({"rewards.judge.cache_dir": ""}, r"'rewards\.judge\.cache_dir': expected a str \(not"),
     ({"rewards.judge.dtype": "float16"}, r"'rewards\.judge\.dtype': expected one of"),
+    ({"rewards.judge.verdict_format": "last_word"},
+     r"'rewards\.judge\.verdict_format': expected one of 'final_line', 'first_word', got "
+     r"'last_word'"),
     (_WEIGHTLESS, r"'rewards\.judge\.checkpoint': the judge preset 'tiny' is trained from "
      r"scratch"),
     ({**_WEIGHTLESS, "rewards.answer_judge": "exact", "rewards.expert_judge": "model"},
@@ -44,6 +47,8 @@ def test_a_bad_judge_setting_is_an_error_naming_its_key(overrides, message):
     {"rewards.answer_judge": "model", "rewards.expert_judge": "model"},
     {**_WEIGHTLESS, "rewards.judge.checkpoint": "warm_start/main"},
     {"rewards.judge.preset": "no/such/model.gguf"},  # no model judge: not read
+    {"rewards.expert_judge": "model", "rewards.judge.verdict_format": "first_word",
+     "rewards.judge.evidence_chars": 0},
     {"rewards.answer_judge": "model", "rewards.judge.temperature": 0.7,
      "rewards.judge.top_p": 0.9, "rewards.judge.top_k": 20},
 ])

@@ -20,7 +20,7 @@ from mgrpo_jax.tasks import pages, questions, world
 from mgrpo_jax.tasks.judge_cache import JudgeCache
 from mgrpo_jax.tasks.judges import AnswerItem, ExactMatchJudge, ReportItem, answer_scores
 from mgrpo_jax.tasks.model_judge import ANSWER_VERDICTS, EXPERT_VERDICTS, PROMPTS, ModelJudge
-from mgrpo_jax.text import SentencePieceTokenizer
+from mgrpo_jax.text import SentencePieceTokenizer, render_chat
 from mgrpo_jax.training.checkpoint import save_params
 from mgrpo_jax.training.judge_model import SCRATCH_CONTEXT, JudgeSettings, SamplerJudgeModel
 from mgrpo_jax.training.judge_setup import judge_scalars, run_judges
@@ -93,7 +93,7 @@ def test_greedy_replies_are_deterministic(tiny, tmp_path):
   replies = [j.reply for j in first.judge_fields(_fields(qs))]
   fresh = ModelJudge(SamplerJudgeModel(JudgeSettings.from_config(config.rewards)),
                      first.prompt, JudgeCache(tmp_path / "b"), ANSWER_VERDICTS,
-                     failure_score=0.5)
+                     verdict_format="final_line", failure_score=0.5)
   assert [j.reply for j in fresh.judge_fields(_fields(qs))] == replies
   assert fresh.model.completions == len(replies)
 
@@ -123,3 +123,19 @@ def test_the_configured_judges_are_the_programmatic_ones_by_default(tmp_path):
   task = types.SimpleNamespace(answer="1,200")
   assert answer_scores(judges.answer, [AnswerItem(task, "1200"), AnswerItem(task, "12")]) == [
       1.0, 0.0]
+
+
+def test_a_reply_prefix_primes_the_assistant_turn(tiny, monkeypatch):
+  config, _, _ = tiny
+  model = SamplerJudgeModel(JudgeSettings.from_config(config.rewards))
+  sampler, tokenizer = model.load()
+  seen = []
+  generate = sampler.generate
+  monkeypatch.setattr(sampler, "generate",
+                      lambda ids, *args: seen.append(ids) or generate(ids, *args))
+  replies = model.complete(["Is it right?"], reply_prefix="Verdict:")
+  plain = render_chat(tokenizer, [{"role": "user", "content": "Is it right?"}],
+                      add_generation_prompt=True).ids.tolist()
+  assert seen[0] == [plain + tokenizer.encode("Verdict:")]
+  model.complete(["Is it right?"])
+  assert seen[1] == [plain] and len(replies) == 1
