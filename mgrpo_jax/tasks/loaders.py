@@ -21,7 +21,7 @@ import csv
 import dataclasses
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 GAIA_FIELDS = {"id": "task_id", "question": "Question", "answer": "Final answer",
@@ -78,19 +78,26 @@ def _open(path: str | os.PathLike):
   return path, open(path, encoding="utf-8", newline="")
 
 
+def _json_lines(lines: Iterable[str], path: str) -> Iterator[tuple[int, Any]]:
+  """(line number, parsed value) of each non-blank line of a JSON-lines file; a
+  malformed line is an error naming the file and the line."""
+  for line_no, line in enumerate(lines, start=1):
+    if not line.strip():
+      continue
+    try:
+      value = json.loads(line)
+    except ValueError as exc:
+      raise BenchmarkFileError(f"{path}:{line_no}: malformed JSON: {exc}") from None
+    yield line_no, value
+
+
 def load_jsonl(path: str | os.PathLike, field_map: Mapping[str, str]) -> list[BenchmarkTask]:
   """Tasks from a JSON-lines file; blank lines are skipped."""
   check_field_map(field_map)
   path, handle = _open(path)
   tasks = []
   with handle:
-    for line_no, line in enumerate(handle, start=1):
-      if not line.strip():
-        continue
-      try:
-        record = json.loads(line)
-      except ValueError as exc:
-        raise BenchmarkFileError(f"{path}:{line_no}: malformed JSON: {exc}") from None
+    for line_no, record in _json_lines(handle, path):
       if not isinstance(record, dict):
         raise BenchmarkFileError(f"{path}:{line_no}: expected a JSON object, "
                                  f"got {type(record).__name__}")
@@ -172,16 +179,8 @@ def load_webwalker(path: str | os.PathLike) -> list[BenchmarkTask]:
     except ValueError as exc:
       raise BenchmarkFileError(f"{path}: malformed JSON: {exc}") from None
     return [_webwalker_task(row, f"{path}: item {i}", i) for i, row in enumerate(rows, 1)]
-  tasks = []
-  for line_no, line in enumerate(text.splitlines(), start=1):
-    if not line.strip():
-      continue
-    try:
-      record = json.loads(line)
-    except ValueError as exc:
-      raise BenchmarkFileError(f"{path}:{line_no}: malformed JSON: {exc}") from None
-    tasks.append(_webwalker_task(record, f"{path}:{line_no}", line_no))
-  return tasks
+  return [_webwalker_task(record, f"{path}:{line_no}", line_no)
+          for line_no, record in _json_lines(text.splitlines(), path)]
 
 
 def load_tasks(path: str | os.PathLike, field_map: Mapping[str, str] | None = None
