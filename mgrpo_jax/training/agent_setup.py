@@ -68,7 +68,9 @@ def step_key(seed: int, purpose: str, step: int) -> jax.Array:
   return jax.random.fold_in(jax.random.key(derive_seed(seed, purpose)), step)
 
 
-def _is_pretrained(preset: str) -> bool:
+def is_pretrained(preset: str) -> bool:
+  """Whether `preset` names pretrained weights (a known name or a folder/file), not a
+  shape trained from scratch."""
   return preset in PRETRAINED or pathlib.Path(preset).exists()
 
 
@@ -162,7 +164,7 @@ def _build_base(setup: AgentSetup, world_tokenizer: Callable[[], Tokenizer]):
   lora = setup.lora is not None
   if lora and settings.base_dtype == "bfloat16":
     overrides["param_dtype"] = jnp.bfloat16
-  if _is_pretrained(settings.preset):
+  if is_pretrained(settings.preset):
     if settings.smeared_keys:
       raise ValueError(f"{setup.role}.model.smeared_keys: pretrained weights "
                        f"({settings.preset!r}) have no key-smear parameters; use it with a "

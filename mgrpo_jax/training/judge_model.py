@@ -32,7 +32,12 @@ from mgrpo_jax.models import get_config, init_model, load_pretrained
 from mgrpo_jax.sampling import Sampler, SamplerConfig, SamplingParams
 from mgrpo_jax.sampling.buckets import powers_of_two
 from mgrpo_jax.text import Tokenizer, render_chat
-from mgrpo_jax.training.agent_setup import PRETRAINED, chat_template, load_tokenizer
+from mgrpo_jax.training.agent_setup import (
+  PRETRAINED,
+  chat_template,
+  is_pretrained,
+  load_tokenizer,
+)
 from mgrpo_jax.training.checkpoint import restore_params
 
 # The context of a judge model trained from scratch (a pretrained one keeps its own).
@@ -166,7 +171,7 @@ class SamplerJudgeModel:
 def _load(settings: JudgeSettings, world_tokenizer: Callable[[], Tokenizer] | None):
   """(model, tokenizer) of `settings` (module docstring)."""
   dtype = jnp.bfloat16 if settings.dtype == "bfloat16" else jnp.float32
-  if settings.preset in PRETRAINED or _is_path(settings.preset):
+  if is_pretrained(settings.preset):
     model, tokenizer = load_pretrained(settings.preset, dtype=dtype)
     if settings.tokenizer:
       tokenizer = load_tokenizer(settings.tokenizer)
