@@ -19,9 +19,11 @@ Models: the `tiny` preset and SmolLM2-135M's shape (`smollm2_135m`, random init;
 does not depend on the values). The first step (compile for JAX, warm-up for torch) is
 reported apart; tokens/s = N * T / the median of the timed steps. The step-1 loss and
 gradient norm of both sides are printed as a check that they compute the same thing.
+With `--profile`, our side traces one more step and prints where XLA's ops spend it
+(matmuls, layout copies, the rest: `xla_profile.py`).
 
   .venv/bin/python benchmarks/train_step.py [--models tiny,smollm2_135m] [--repeats 3]
-      [--batch 8] [--seq 256] [--prompt 64] [--logprob-chunk C] [--remat none]
+      [--batch 8] [--seq 256] [--prompt 64] [--logprob-chunk C] [--remat none] [--profile]
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import time
 
 import numpy as np
 from bench_timing import timed_updates
+from xla_profile import format_profile
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 LEARNING_RATE, WEIGHT_DECAY, BETAS, GRAD_CLIP = 1e-5, 0.1, (0.9, 0.98), 1.0
@@ -124,16 +127,17 @@ def peer_results(folder: pathlib.Path, batch_file: pathlib.Path, repeats: int) -
 
 
 def jax_results(name: str, batch_file: pathlib.Path, repeats: int, logprob_chunk: int | None,
-                remat: str) -> dict:
+                remat: str, profile: bool) -> dict:
   chunk = [] if logprob_chunk is None else ["--logprob-chunk", str(logprob_chunk)]
   return side_results(pathlib.Path(sys.executable),
                       ["--side", "jax", "--models", name, "--batch-file", str(batch_file),
-                       "--repeats", str(repeats), "--remat", remat, *chunk],
+                       "--repeats", str(repeats), "--remat", remat, *chunk,
+                       *(["--profile"] if profile else [])],
                       batch_file.parent / f"{name}.jax.json")
 
 
 def run_jax(name: str, batch_file: str, repeats: int, logprob_chunk: int | None,
-            remat: str) -> dict:
+            remat: str, profile: bool = False) -> dict:
   """mgrpo_jax: the jitted update of `mgrpo_jax.training` on a 1-device mesh."""
   sys.path.insert(0, str(REPO_ROOT))
   import jax
@@ -165,7 +169,12 @@ def run_jax(name: str, batch_file: str, repeats: int, logprob_chunk: int | None,
   state, first_s, _, first = timed_updates(update, state, train_batch, 0)  # compiles
   with CompileCounter() as counter:
     state, _, times, _ = timed_updates(update, state, train_batch, repeats)
-  return {"first_s": first_s, "times": times, "loss": first["loss"],
+  ops = None
+  if profile:  # one more step, traced (after the timed ones: tracing slows a step)
+    from xla_profile import profile_ops
+    with tempfile.TemporaryDirectory() as trace_dir:
+      ops = profile_ops(lambda: update(state, train_batch), trace_dir)
+  return {"first_s": first_s, "profile": ops, "times": times, "loss": first["loss"],
           "grad_norm": first["grad_norm"], "recompiles": counter.count,
           "logprob_chunk": update_config.logprob_chunk,
           "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
@@ -182,6 +191,8 @@ def main() -> None:
                       help="our LM-head chunk (default: UpdateConfig's)")
   parser.add_argument("--remat", default="none", choices=("none", "full", "dots"),
                       help="our per-block rematerialization")
+  parser.add_argument("--profile", action="store_true",
+                      help="also trace one more step of ours and print where XLA's ops spend it")
   parser.add_argument("--side", choices=("jax", "peer"), help=argparse.SUPPRESS)
   parser.add_argument("--folder", help=argparse.SUPPRESS)
   parser.add_argument("--batch-file", help=argparse.SUPPRESS)
@@ -190,7 +201,7 @@ def main() -> None:
   if args.side:
     result = (run_torch_peer(args.folder, args.batch_file, args.repeats) if args.side == "peer"
               else run_jax(args.models, args.batch_file, args.repeats, args.logprob_chunk,
-                           args.remat))
+                           args.remat, args.profile))
     pathlib.Path(args.out).write_text(json.dumps(result))
     return
 
@@ -209,7 +220,8 @@ def main() -> None:
       np.savez(batch_file, **batch)
       del model
       peer = peer_results(folder, batch_file, args.repeats)
-      ours = jax_results(name, batch_file, args.repeats, args.logprob_chunk, args.remat)
+      ours = jax_results(name, batch_file, args.repeats, args.logprob_chunk, args.remat,
+                         args.profile)
       rows.append((name, config.num_params, ours, peer))
 
   tokens = args.batch * args.seq
@@ -229,6 +241,8 @@ def main() -> None:
     print(f"{name:<14}{'':>8}{'ratio':>14}  mgrpo_jax / torch tokens/s = {ratio:.2f}x; "
           f"recompiles in timed steps: {ours['recompiles']}; torch threads {peer['threads']}; "
           f"ours: logprob_chunk {ours['logprob_chunk']}, remat {args.remat}")
+    if ours["profile"]:
+      print("\n".join(f"{name:<14}{line}" for line in format_profile(ours["profile"])))
 
 
 if __name__ == "__main__":

@@ -3,18 +3,11 @@ answers it builds (the model judge itself is not run)."""
 
 from __future__ import annotations
 
-import pathlib
-import sys
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tests.support.benchmark_modules import import_benchmark
 
 
 def test_the_items_have_the_asked_counts_and_the_references_labels():
-  sys.path.insert(0, str(ROOT / "benchmarks"))
-  try:
-    import judge_agreement
-  finally:
-    sys.path.pop(0)
+  judge_agreement = import_benchmark("judge_agreement")
   items = judge_agreement.build_items(answers=12, reports=7, noise=0.6, seed=0)
   assert len(items.answers) == len(items.answer_labels) == 12
   assert len(items.reports) == len(items.report_labels) == 7
