@@ -41,7 +41,7 @@ import time
 
 import numpy as np
 from bench_timing import timed_updates
-from xla_profile import format_profile
+from xla_profile import format_profile, profile_ops
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 LEARNING_RATE, WEIGHT_DECAY, BETAS, GRAD_CLIP = 1e-5, 0.1, (0.9, 0.98), 1.0
@@ -171,7 +171,6 @@ def run_jax(name: str, batch_file: str, repeats: int, logprob_chunk: int | None,
     state, _, times, _ = timed_updates(update, state, train_batch, repeats)
   ops = None
   if profile:  # one more step, traced (after the timed ones: tracing slows a step)
-    from xla_profile import profile_ops
     with tempfile.TemporaryDirectory() as trace_dir:
       ops = profile_ops(lambda: update(state, train_batch), trace_dir)
   return {"first_s": first_s, "profile": ops, "times": times, "loss": first["loss"],

@@ -11,13 +11,11 @@ import pytest
 
 from tests.support.benchmark_modules import import_benchmark
 
-
-def _xla_profile():
-  return import_benchmark("xla_profile")
+xla_profile = import_benchmark("xla_profile")
 
 
 def test_op_groups_name_matmuls_layout_copies_and_the_rest():
-  groups = _xla_profile().op_group
+  groups = xla_profile.op_group
   assert [groups(k) for k in ("ynn_fusion", "dot", "xnn_fusion", "onednn_matmul")] == [
       "matmul"] * 4
   assert groups("copy_bitcast_fusion") == groups("transpose_copy_fusion") == "transpose"
@@ -25,7 +23,6 @@ def test_op_groups_name_matmuls_layout_copies_and_the_rest():
 
 
 def test_a_traced_call_splits_into_its_ops(tmp_path):
-  xla_profile = _xla_profile()
   a = jnp.asarray(np.random.default_rng(0).standard_normal((512, 512)), jnp.float32)
   step = jax.jit(lambda x: (jnp.tanh(x) @ x).T + 1.0)
   step(a).block_until_ready()  # compiled outside the trace
