@@ -44,7 +44,9 @@ and summarizes:
   demonstrated_turn_accuracy
                      the same on the turns of the warm start's noisy oracles (its
                      demonstrations' mistakes and all): how closely the agent imitates
-                     what it was fine-tuned on.
+                     what it was fine-tuned on; its "ceiling" is the best any model can
+                     reach there, the mistakes being drawn per task
+                     (`imitation_ceiling.py`: 1 without mistakes).
 
 What the agents are evaluated in (the mode, the world's tools and questions, the agents'
 limits and prompts, the world's rendering and expert judge) is one `EvalSetup`.
@@ -66,11 +68,13 @@ import numpy as np
 
 from mgrpo_jax.agents import specs
 from mgrpo_jax.agents.config import RolloutConfig
+from mgrpo_jax.agents.inline_oracle import InlineOracle
 from mgrpo_jax.agents.modes import Agent, make_controller
 from mgrpo_jax.agents.records import MainRecord, SubRecord
 from mgrpo_jax.agents.scoring import score
 from mgrpo_jax.config.modes import Mode
 from mgrpo_jax.evaluation import turn_accuracy
+from mgrpo_jax.evaluation.imitation_ceiling import CeilingScorer
 from mgrpo_jax.scale.writers import log
 from mgrpo_jax.tasks.judges import AnswerJudge, ExactMatchJudge, ExpertJudge
 from mgrpo_jax.tasks.oracle import Action
@@ -294,26 +298,39 @@ def load_agent(setup: AgentSetup, world_tokenizer: Callable[[], Tokenizer], sour
 
 
 def held_out_turn_accuracy(setup: EvalSetup, agents: dict[str, Agent],
-                           oracles: tuple[Any, Any] | None = None
-                           ) -> dict[str, dict[str, float]]:
+                           oracles: tuple[Any, Any] | None = None, *,
+                           with_ceiling: bool = False) -> dict[str, dict[str, float]]:
   """`turn_accuracy` of each agent in `agents` ("main", "sub") on the trajectories of
   `setup.questions` played by `oracles` (M's and S's scripted policies; default the
-  clean ones of `setup.rendering`), the single agent's being M's oracle with S's inline."""
+  clean ones of `setup.rendering`), the single agent's being M's oracle with S's inline.
+  With `with_ceiling`, each role's rates gain "ceiling": the best accuracy any model can
+  reach on those turns, whose mistakes are drawn per task (`imitation_ceiling`)."""
   mode, rendering = setup.mode, setup.rendering
   main_oracle, sub_oracle = oracles or (rendering.main_oracle(0.0, 0),
                                         rendering.sub_oracle(0.0, 0))
+  scorers: dict[str, CeilingScorer] = {}
+  single_oracle = None
+  if with_ceiling and mode.single:
+    single_oracle = scorers["main"] = CeilingScorer(InlineOracle(main_oracle, sub_oracle))
+  elif with_ceiling:
+    main_oracle = scorers["main"] = CeilingScorer(main_oracle)
+    sub_oracle = scorers["sub"] = CeilingScorer(sub_oracle)
   demonstrators = Demonstrators(
       main_oracle=main_oracle, sub_oracle=sub_oracle, main_spec=setup.main_spec,
-      sub_spec=setup.sub_spec,
+      sub_spec=setup.sub_spec, single_oracle=single_oracle,
       sub_tokenizer=agents["sub"].tokenizer if "sub" in agents else None)
   demos = collect_demonstrations(agents["main"].tokenizer, setup.registry,
                                  setup.rollout_config, setup.questions,
                                  demonstrators=demonstrators, mode=mode.demonstration)
   sequences = {"main": demos.main, "sub": demos.sub}
-  return {role: turn_accuracy.turn_accuracy(
-              agent.policy.sampler.model, sequences[role], agent.tokenizer,
-              mode.main_role if role == "main" else role)
-          for role, agent in agents.items() if sequences[role]}
+  rates = {role: turn_accuracy.turn_accuracy(
+               agent.policy.sampler.model, sequences[role], agent.tokenizer,
+               mode.main_role if role == "main" else role)
+           for role, agent in agents.items() if sequences[role]}
+  for role, scorer in scorers.items():
+    if role in rates:
+      rates[role]["ceiling"] = scorer.ceiling
+  return rates
 
 
 def evaluation_seed(config) -> int:
@@ -379,7 +396,8 @@ def evaluate_sources(config, mode: Mode, root: str | pathlib.Path, sources: dict
   if world.source == "generated":
     result.summary["demonstrated_turn_accuracy"] = held_out_turn_accuracy(
         setup, agents, oracles=noisy_oracles(world, NoiseSettings.from_config(config),
-                                             int(config.experiment.seed)))
+                                             int(config.experiment.seed)),
+        with_ceiling=True)
   return result
 
 

@@ -58,6 +58,8 @@ class Demonstrators:
     sub_spec: S's prompts and tools.
     sub_tokenizer: S's tokenizer (None: M's): the demonstrations' `sub` holds its ids, so
       each agent is fine-tuned on ids of its own vocabulary.
+    single_oracle: the single agent's scripted policy (None: `InlineOracle` of
+      `main_oracle` and `sub_oracle`).
   """
 
   main_oracle: MainPolicy = dataclasses.field(
@@ -66,6 +68,7 @@ class Demonstrators:
   main_spec: specs.AgentSpec | None = None
   sub_spec: specs.AgentSpec = specs.SUB
   sub_tokenizer: Tokenizer | None = None
+  single_oracle: MainPolicy | None = None
 
 
 def collect_demonstrations(tokenizer: Tokenizer, registry: ToolRegistry, config: RolloutConfig,
@@ -98,8 +101,8 @@ def collect_demonstrations(tokenizer: Tokenizer, registry: ToolRegistry, config:
     raise ValueError("tasks is empty: no demonstrations to collect")
   team = demonstrators or Demonstrators()
   if mode.single:
-    single = Agent(OraclePolicy(InlineOracle(team.main_oracle, team.sub_oracle), tokenizer),
-                   tokenizer)
+    oracle = team.single_oracle or InlineOracle(team.main_oracle, team.sub_oracle)
+    single = Agent(OraclePolicy(oracle, tokenizer), tokenizer)
     controller = make_controller(mode, single, registry, config, main_spec=team.main_spec)
   else:
     main = Agent(OraclePolicy(team.main_oracle, tokenizer), tokenizer)

@@ -203,6 +203,12 @@ def test_report_writes_pngs_and_a_table_with_the_change(tmp_path):
                         dict(after, **trained, **imitated, split="validation"), "t")
   rows = {line[:32].strip(): line[32:].split() for line in table.splitlines()}
   assert rows["S demonstrated turns (forced)"] == ["0.950", "0.950", "+0.000"]
+  assert "S demonstrated turns (ceiling)" not in rows  # summaries without the ceiling
+  bounded = {"demonstrated_turn_accuracy": {"main": {"all": 0.9, "ceiling": 0.96}}}
+  rows = {line[:32].strip(): line[32:].split()
+          for line in summary_table(dict(before, **turns, **bounded),
+                                    dict(after, **trained, **bounded), "t").splitlines()}
+  assert rows["M demonstrated turns (ceiling)"] == ["0.960", "0.960", "+0.000"]
   assert "validation questions of the training world" in table.splitlines()[-1]
   assert "unseen test world" in summary_table(before, after).splitlines()[-1]
   assert "nucleus" not in summary_table(before, dict(after, top_p=1.0))

@@ -18,9 +18,11 @@ that needs several right decisions in a row to be undone, without moving the oth
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import hashlib
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Iterator
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,10 +48,37 @@ MAIN_MISTAKES = ("vague", "wrong_tool")
 SUB_MISTAKES = ("skip_visit", "wrong_extraction", "wrong_page")
 
 
-def triggered(rate: float, seed: int, mistake: str, text: str) -> bool:
+# (rate, (seed, mistake, text)) -> whether the mistake is made; None: `hashed_draw`.
+MistakeDecider = Callable[[float, tuple[int, str, str]], bool]
+_DECIDER: contextvars.ContextVar[MistakeDecider | None] = contextvars.ContextVar(
+    "mistake_decider", default=None)
+
+
+def hashed_draw(rate: float, seed: int, mistake: str, text: str) -> bool:
   """Deterministic Bernoulli(rate) keyed by (seed, mistake, text)."""
   digest = hashlib.blake2b(f"{seed}\x00{mistake}\x00{text}".encode(), digest_size=8).digest()
   return int.from_bytes(digest, "big") / 2**64 < rate
+
+
+def triggered(rate: float, seed: int, mistake: str, text: str) -> bool:
+  """Whether a targeted case gets `mistake`: `hashed_draw`, unless a `decided` block is
+  open, whose decider answers instead."""
+  decide = _DECIDER.get()
+  if decide is None:
+    return hashed_draw(rate, seed, mistake, text)
+  return decide(rate, (seed, mistake, text))
+
+
+@contextlib.contextmanager
+def decided(decide: MistakeDecider) -> Iterator[None]:
+  """Within the block, every oracle's mistake decision is `decide(rate, key)`: what an
+  analysis of the demonstrations uses to replay a turn with other draws
+  (`evaluation.imitation_ceiling`)."""
+  token = _DECIDER.set(decide)
+  try:
+    yield
+  finally:
+    _DECIDER.reset(token)
 
 
 def rate_of(noise, mistake: str) -> float:
