@@ -41,3 +41,8 @@ def test_rl_raises_held_out_accuracy_beyond_its_noise(tmp_path):
       before, after)
   # M's mistake is the one RL fixes most: puzzles go to the reason tool.
   assert after["accuracy_by_type"]["puzzle"] > before["accuracy_by_type"]["puzzle"] + 0.3
+  # The demonstrations' ceiling depends on the scripted agents alone (M's puzzle tool at
+  # rate 0.7, S's reports at 0.5): the same before and after RL, below 1.
+  for role in ("main", "sub"):
+    ceilings = [s["demonstrated_turn_accuracy"][role]["ceiling"] for s in summaries]
+    assert ceilings[0] == ceilings[1] and 0.5 < ceilings[0] < 1.0, (role, ceilings)
