@@ -46,13 +46,14 @@ class CeilingScorer:
   """A scripted policy that scores the ideal imitator at every turn it writes.
 
   `next_action` is the wrapped oracle's (the demonstrations are unchanged); `scores`
-  holds ceiling(h) of every turn written, in order (module docstring).
+  holds ceiling(h) of every turn written, in order (module docstring). Each turn is
+  scored from its own history alone (the draws its earlier turns showed are found by
+  replaying them), so trajectories of the same task may interleave.
   """
 
   def __init__(self, oracle):
     self.oracle = oracle
     self.scores: list[float] = []
-    self._drawn: dict[str, dict[DrawKey, bool]] = {}  # per task: draws of earlier turns
 
   @property
   def ceiling(self) -> float:
@@ -62,36 +63,42 @@ class CeilingScorer:
     return sum(self.scores) / len(self.scores)
 
   def next_action(self, task: str, history: Sequence[Step]):
-    drawn = self._drawn.setdefault(task, {})
-    consulted: dict[DrawKey, bool] = {}
-
-    def as_drawn(rate: float, key: DrawKey) -> bool:
-      outcome = drawn[key] if key in drawn else noise_lib.hashed_draw(rate, *key)
-      consulted[key] = outcome
-      return outcome
-
-    with noise_lib.decided(as_drawn):
-      action = self.oracle.next_action(task, list(history))
-    probabilities = self._action_probabilities(task, history, drawn)
+    history = list(history)
+    shown: dict[DrawKey, bool] = {}
+    for turn in range(len(history)):  # the draws the history's own turns made visible
+      if len(self._action_probabilities(task, history[:turn], shown)) > 1:
+        shown.update(self._realized(task, history[:turn], shown)[1])
+    action, _ = self._realized(task, history, shown)
+    probabilities = self._action_probabilities(task, history, shown)
     if render_oracle_action(action) not in probabilities:
       raise RuntimeError(f"replaying a turn of task {task!r} under every draw never wrote "
                          "the turn's own action: the oracle decides outside `noise.triggered`")
     self.scores.append(max(probabilities.values()))
-    if len(probabilities) > 1:  # this turn shows its draws: later turns read them
-      drawn.update(consulted)
     return action
 
-  def _action_probabilities(self, task: str, history: Sequence[Step],
-                            drawn: dict[DrawKey, bool]) -> dict[str, float]:
-    """P(action | history) over the draws not in `drawn`: {rendered action: p}."""
+  def _realized(self, task: str, history: list[Step], shown: dict[DrawKey, bool]):
+    """(the oracle's action at `history`, every draw it consulted: {key: outcome})."""
+    consulted: dict[DrawKey, bool] = {}
+
+    def as_drawn(rate: float, key: DrawKey) -> bool:
+      consulted[key] = shown[key] if key in shown else noise_lib.hashed_draw(rate, *key)
+      return consulted[key]
+
+    with noise_lib.decided(as_drawn):
+      action = self.oracle.next_action(task, list(history))
+    return action, consulted
+
+  def _action_probabilities(self, task: str, history: list[Step],
+                            shown: dict[DrawKey, bool]) -> dict[str, float]:
+    """P(action | history) over the draws not in `shown`: {rendered action: p}."""
     probabilities: dict[str, float] = {}
     pending: list[tuple[dict[DrawKey, bool], float]] = [({}, 1.0)]
     while pending:
       assigned, weight = pending.pop()
 
       def decide(rate: float, key: DrawKey, assigned=assigned) -> bool:
-        if key in drawn:
-          return drawn[key]
+        if key in shown:
+          return shown[key]
         if key in assigned:
           return assigned[key]
         if 0.0 < rate < 1.0:

@@ -146,6 +146,16 @@ def test_a_draw_is_uncertain_until_a_turn_shows_it():
   assert scorer.scores == pytest.approx([0.7, 1.0])
 
 
+def test_a_draw_shown_in_one_trajectory_is_unknown_to_another_of_the_same_task():
+  """Two rollouts of one question, their turns interleaved (as in a batch)."""
+  scorer = CeilingScorer(SideOracle())
+  first_a = scorer.next_action("q", [])
+  first_b = scorer.next_action("q", [])
+  scorer.next_action("q", [Step(first_a, "")])
+  scorer.next_action("q", [Step(first_b, "")])
+  assert scorer.scores == pytest.approx([0.7, 0.7, 1.0, 1.0])
+
+
 class HiddenChoiceOracle:
   """Decides with its own coin, not `noise.triggered`: no replay can score it."""
 
