@@ -44,6 +44,39 @@ def logical_param(rngs: nnx.Rngs, init: Any, shape: Sequence[int], dtype: Any,
                    eager_sharding=False)
 
 
+@jax.custom_vjp
+def project(x: jax.Array, kernel: jax.Array) -> jax.Array:
+  """x @ kernel: [..., in] x [in, out] -> [..., out], with the weight gradient computed
+  as [out, in] and transposed.
+
+  The values are autodiff's to the bit (the same dots, each summing in the same order);
+  what changes is the layout XLA:CPU gives the dots' operands. Left to autodiff, the
+  weight gradient dot(x^T, g) takes g ([..., out], e.g. the SwiGLU gate's gradient)
+  with its contracting dimension minor, so the elementwise fusion that produces g writes
+  it transposed, reading its inputs at a stride: a quarter of SmolLM2-135M's CPU update
+  (docs/BENCHMARKS.md, "Policy update"). Computed as dot(g^T, x) -> [out, in], the
+  transposed operand is x, shared by the projections that read it, and the [out, in]
+  result is transposed once.
+  """
+  return jnp.dot(x, kernel)
+
+
+def _project_fwd(x: jax.Array, kernel: jax.Array):
+  return jnp.dot(x, kernel), (x, kernel)
+
+
+def _project_bwd(residuals, g: jax.Array):
+  x, kernel = residuals
+  dx = jax.lax.dot_general(g, kernel, (((g.ndim - 1,), (1,)), ((), ())))  # [..., in]
+  rows = (-1, x.shape[-1])
+  dkernel_t = jax.lax.dot_general(g.reshape(-1, g.shape[-1]), x.reshape(rows),
+                                  (((0,), (0,)), ((), ())))  # [out, in]
+  return dx, dkernel_t.T
+
+
+project.defvjp(_project_fwd, _project_bwd)
+
+
 class Dense(nnx.Module):
   """y = x @ kernel (+ bias) (+ scale * (x @ lora_a) @ lora_b); kernel [in, out] with
   logical axes `axes`.
@@ -73,7 +106,7 @@ class Dense(nnx.Module):
 
   def __call__(self, x: jax.Array) -> jax.Array:
     x = x.astype(self.dtype)
-    y = jnp.dot(x, self.kernel[...].astype(self.dtype))
+    y = project(x, self.kernel[...].astype(self.dtype))
     if self.bias is not None:
       y = y + self.bias[...].astype(self.dtype)
     if self.lora_a is not None:
