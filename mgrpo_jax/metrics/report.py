@@ -79,13 +79,10 @@ def summary_table(before: Mapping[str, Any] | None, after: Mapping[str, Any] | N
   roles = sorted({r for _, s in columns for r in s.get("turn_accuracy", {})})
   keys += [(f"{TURN_LABELS.get(r, r)} turns right (forced)", ("turn_accuracy", r, "all"))
            for r in roles]
-  keys += [(f"{TURN_LABELS.get(r, r)} demonstrated turns (forced)",
-            ("demonstrated_turn_accuracy", r, "all")) for r in roles
-           if all(summary_at(s, ("demonstrated_turn_accuracy", r, "all")) is not None
-                  for _, s in columns)]
-  keys += [(f"{TURN_LABELS.get(r, r)} demonstrated turns (ceiling)",
-            ("demonstrated_turn_accuracy", r, "ceiling")) for r in roles
-           if all(summary_at(s, ("demonstrated_turn_accuracy", r, "ceiling")) is not None
+  keys += [(f"{TURN_LABELS.get(r, r)} demonstrated turns ({kind})",
+            ("demonstrated_turn_accuracy", r, field))
+           for kind, field in (("forced", "all"), ("ceiling", "ceiling")) for r in roles
+           if all(summary_at(s, ("demonstrated_turn_accuracy", r, field)) is not None
                   for _, s in columns)]
   tools = sorted({t for _, s in columns for t in s.get("tool_calls_mean", {})})
   keys += [(f"{t} calls per rollout", ("tool_calls_mean", t)) for t in tools]

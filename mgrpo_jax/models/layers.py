@@ -68,8 +68,7 @@ def _project_fwd(x: jax.Array, kernel: jax.Array):
 def _project_bwd(residuals, g: jax.Array):
   x, kernel = residuals
   dx = jax.lax.dot_general(g, kernel, (((g.ndim - 1,), (1,)), ((), ())))  # [..., in]
-  rows = (-1, x.shape[-1])
-  dkernel_t = jax.lax.dot_general(g.reshape(-1, g.shape[-1]), x.reshape(rows),
+  dkernel_t = jax.lax.dot_general(g.reshape(-1, g.shape[-1]), x.reshape(-1, x.shape[-1]),
                                   (((0,), (0,)), ((), ())))  # [out, in]
   return dx, dkernel_t.T
 
